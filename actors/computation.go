@@ -1,0 +1,184 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/persistence"
+)
+
+// writeTimeout bounds the transaction that records an attempt's outcome.
+const writeTimeout = 30 * time.Second
+
+// Hooks are test-only knobs. The zero value changes nothing.
+type Hooks struct {
+	// SuppressHeartbeat, when it returns true, makes the watchdog skip its write for c, as if the
+	// process had frozen, while the computation keeps running.
+	SuppressHeartbeat func(c *persistence.Computation) bool
+	// ComputationStarted is called from a computation's Started with its watchdog's PID.
+	ComputationStarted func(c *persistence.Computation, self, watchdog *actor.PID)
+}
+
+// computationEnv is what every computation actor of a replica shares.
+type computationEnv struct {
+	store     *persistence.Store
+	replicaID string
+	logger    *slog.Logger
+	base      context.Context // the parent of every function's context
+	running   *sync.WaitGroup // the goroutines of the running functions
+	hooks     Hooks
+}
+
+// claimLost tells a computation that its claim is gone or can no longer be kept.
+type claimLost struct{ reason string }
+
+// finished tells a computation that its goroutine has ended and recorded what it could.
+type finished struct{ reason string }
+
+// computation is the actor of one claimed attempt.
+type computation struct {
+	env      *computationEnv
+	c        *persistence.Computation
+	g        *graph.Graph
+	node     graph.Node
+	logger   *slog.Logger
+	cancel   context.CancelFunc
+	watchdog *actor.PID
+	lost     atomic.Bool // set once the claim is lost: the goroutine then writes nothing
+	stopping bool
+	reason   string // why the actor ended; Terminated does not say
+}
+
+func computationProps(env *computationEnv, c *persistence.Computation, g *graph.Graph, n graph.Node) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &computation{
+			env: env, c: c, g: g, node: n,
+			logger: env.logger.With("service", "computation", "execution_id", c.ExecutionID,
+				"node", c.Node, "computation_id", c.ID, "attempt", c.Attempt),
+		}
+	}, actor.WithSupervisor(stopStrategy))
+}
+
+// Receive implements actor.Actor.
+func (a *computation) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		runCtx, cancel := context.WithCancel(a.env.base)
+		a.cancel = cancel
+		set := a.node.Settings()
+		a.watchdog = ctx.Spawn(watchdogProps(a.env, a.c, set.HeartbeatInterval, set.HeartbeatTimeout))
+		if h := a.env.hooks.ComputationStarted; h != nil {
+			h(a.c, ctx.Self(), a.watchdog)
+		}
+		system, self := ctx.ActorSystem(), ctx.Self()
+		a.env.running.Add(1)
+		go func() {
+			defer a.env.running.Done()
+			reason := a.run(runCtx)
+			system.Root.Send(self, finished{reason: reason})
+		}()
+	case finished:
+		a.reason = msg.reason
+		ctx.Stop(ctx.Self())
+	case claimLost:
+		a.lose(msg.reason)
+		ctx.Stop(ctx.Self())
+	case *actor.Terminated:
+		if msg.Who.Equal(a.watchdog) && !a.stopping {
+			a.lose("watchdog ended")
+			ctx.Stop(ctx.Self())
+		}
+	case *actor.Stopping:
+		a.stopping = true
+		a.cancel()
+	case *actor.Stopped:
+		a.cancel()
+		a.logger.Debug("computation actor stopped", "reason", a.reason)
+	}
+}
+
+func (a *computation) lose(reason string) {
+	if a.reason == "" {
+		a.reason = reason
+	}
+	a.lost.Store(true)
+	a.cancel()
+	a.logger.Warn("computation canceled", "reason", reason)
+}
+
+// run executes the function and records its outcome through the fenced store methods. It returns
+// what happened, for the log.
+func (a *computation) run(ctx context.Context) string {
+	vals, err := a.env.store.Values(ctx, a.c.ExecutionID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "canceled before it ran"
+		}
+		return a.record(ctx, fmt.Errorf("reading values: %w", err), nil, nil)
+	}
+	used := persistence.Signature(a.node, vals)
+	result, err := a.invoke(ctx, vals)
+	if err != nil {
+		return a.record(ctx, err, nil, nil)
+	}
+	raw, err := json.Marshal(result)
+	if err != nil {
+		return a.record(ctx, graph.Permanent(fmt.Errorf("the result of %q is not JSON-encodable: %w", a.c.Node, err)), nil, nil)
+	}
+	return a.record(ctx, nil, raw, used)
+}
+
+// invoke calls the user's function, turning a panic into an error.
+func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("computation of %q panicked: %v", a.c.Node, r)
+		}
+	}()
+	switch a.node.Kind() {
+	case graph.KindCompute:
+		return a.node.Func()(ctx, vals)
+	default:
+		return nil, graph.Permanent(fmt.Errorf("node kind %s is not supported yet", a.node.Kind()))
+	}
+}
+
+// record writes the outcome, unless the claim is already known to be lost. The write gets a
+// context of its own so that a graceful stop still records finished work; the fence rejects it if
+// the claim was released or reclaimed meanwhile.
+func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) string {
+	if a.lost.Load() {
+		return "claim lost: result dropped"
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	var err error
+	outcome := "succeeded"
+	if cause != nil {
+		outcome = "failed: " + cause.Error()
+		err = a.env.store.Fail(wctx, a.c, cause)
+	} else {
+		err = a.env.store.Complete(wctx, a.c, raw, used)
+	}
+	switch {
+	case errors.Is(err, persistence.ErrClaimLost):
+		a.logger.Info("result dropped: the claim was lost", "outcome", outcome)
+		return "claim lost: result dropped"
+	case err != nil:
+		a.logger.Error("recording the outcome failed; the sweeper will retry the attempt", "error", err, "outcome", outcome)
+		return "recording failed: " + err.Error()
+	}
+	if cause != nil {
+		a.logger.Info("attempt failed", "error", cause)
+	}
+	return outcome
+}

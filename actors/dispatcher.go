@@ -1,0 +1,146 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
+
+	"github.com/journey-go/journey/persistence"
+)
+
+// Defaults of the dispatcher.
+const (
+	DefaultMaxWorkers   = 100
+	DefaultPollInterval = time.Second
+	claimTimeout        = 10 * time.Second
+)
+
+// DispatcherConfig configures the dispatcher of one replica.
+type DispatcherConfig struct {
+	Store     *persistence.Store
+	ReplicaID string
+	// MaxWorkers caps the computations running at once on this replica. Default 100.
+	MaxWorkers int
+	// PollInterval is the fallback poll for missed notifications. Default 1s.
+	PollInterval time.Duration
+	Logger       *slog.Logger
+	// Base is the parent context of every computation's function.
+	Base context.Context
+	// Running, if set, counts the computation goroutines, so that a stop can wait for them.
+	Running *sync.WaitGroup
+	Hooks   Hooks
+}
+
+// Wake asks the dispatcher to claim now: new work may be available.
+type Wake struct{}
+
+// StopClaiming makes the dispatcher stop claiming. It responds with a channel that is closed once
+// no computation runs on this replica.
+type StopClaiming struct{}
+
+// ClaimResult is what one claim round did, for tests and logs.
+type ClaimResult struct {
+	Claimed int
+	Running int
+}
+
+type pollTick struct{}
+
+type dispatcher struct {
+	cfg        DispatcherConfig
+	env        *computationEnv
+	logger     *slog.Logger
+	cancelPoll scheduler.CancelFunc
+	draining   bool
+	drained    chan struct{}
+}
+
+// NewDispatcher returns the props of a dispatcher actor.
+func NewDispatcher(cfg DispatcherConfig) *actor.Props {
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = DefaultMaxWorkers
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.Base == nil {
+		cfg.Base = context.Background()
+	}
+	logger := cfg.Logger.With("service", "dispatcher")
+	if cfg.Running == nil {
+		cfg.Running = new(sync.WaitGroup)
+	}
+	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
+		running: cfg.Running, hooks: cfg.Hooks}
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &dispatcher{cfg: cfg, env: env, logger: logger, drained: make(chan struct{})}
+	}, actor.WithSupervisor(stopStrategy))
+}
+
+// Receive implements actor.Actor.
+func (d *dispatcher) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		d.cancelPoll = scheduler.NewTimerScheduler(ctx).SendRepeatedly(d.cfg.PollInterval, d.cfg.PollInterval, ctx.Self(), pollTick{})
+		d.runOnce(ctx)
+	case Wake:
+		d.runOnce(ctx)
+	case pollTick:
+		if !d.draining {
+			pctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+			if _, err := d.cfg.Store.PromoteDue(pctx); err != nil {
+				d.logger.Warn("promoting due computations failed", "error", err)
+			}
+			cancel()
+		}
+		d.runOnce(ctx)
+	case *actor.Terminated:
+		d.checkDrained(ctx)
+		d.runOnce(ctx)
+	case StopClaiming:
+		d.draining = true
+		d.checkDrained(ctx)
+		ctx.Respond((<-chan struct{})(d.drained))
+	case *actor.Stopping:
+		d.cancelPoll()
+	}
+}
+
+func (d *dispatcher) checkDrained(ctx actor.Context) {
+	if d.draining && len(ctx.Children()) == 0 {
+		select {
+		case <-d.drained:
+		default:
+			close(d.drained)
+		}
+	}
+}
+
+// runOnce claims as many computations as there are free workers and spawns an actor for each.
+func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
+	running := len(ctx.Children())
+	free := d.cfg.MaxWorkers - running
+	if d.draining || free <= 0 {
+		return ClaimResult{Running: running}
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	claimed, err := d.cfg.Store.Claim(cctx, d.cfg.ReplicaID, free)
+	if err != nil {
+		d.logger.Warn("claiming failed", "error", err)
+		return ClaimResult{Running: running}
+	}
+	for _, c := range claimed {
+		g, n, ok := d.cfg.Store.GraphOf(c)
+		if !ok { // cannot happen: claims are filtered by the served graphs
+			d.logger.Error("claimed a computation of an unknown graph", "graph", c.GraphKey, "node", c.Node)
+			continue
+		}
+		ctx.Spawn(computationProps(d.env, c, g, n))
+	}
+	return ClaimResult{Claimed: len(claimed), Running: running + len(claimed)}
+}

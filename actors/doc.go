@@ -1,0 +1,35 @@
+// Package actors holds the protoactor-go actors of one replica:
+//
+//   - the Dispatcher claims AVAILABLE computations, up to MaxWorkers, and spawns a Computation
+//     actor for each; LISTEN/NOTIFY wakes it, and a slow poll covers missed notifications;
+//   - a Computation runs the user's function in a goroutine, with a context it cancels when it
+//     stops, and writes the result through the fenced Store methods;
+//   - its Watchdog, a child spawned in Started, extends the computation's heartbeat deadline every
+//     interval and cancels the computation when the claim is lost or can no longer be kept;
+//   - the Listener holds the dedicated LISTEN connection and fans notifications out.
+//
+// Every actor that owns others is spawned with a Stop supervisor strategy: a restart would run a
+// computation twice. If a computation or its watchdog ends, the other one ends too.
+//
+// It may import graph, persistence and internal packages, never the root package.
+package actors
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// stopStrategy stops a failing child instead of restarting it.
+var stopStrategy = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })
+
+// NewSystem returns an actor system whose own logging goes to logger at Warn and above.
+func NewSystem(logger *slog.Logger) *actor.ActorSystem {
+	return actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("service", "protoactor")
+		}),
+		actor.WithDeadLetterThrottleInterval(time.Second),
+	)
+}

@@ -1,0 +1,104 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/journey-go/journey/persistence"
+)
+
+// ListenerConfig configures the listener of one replica.
+type ListenerConfig struct {
+	// Connect opens the connection held for LISTEN alone.
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	Channel string
+	// OnWork is called when work may be available.
+	OnWork func()
+	// OnExecution is called when a value or a node's outcome changed in an execution.
+	OnExecution func(id string)
+	// OnReconnect is called after the connection was re-established: notifications may have been
+	// missed, so everyone should look again.
+	OnReconnect func()
+	Logger      *slog.Logger
+}
+
+// listener holds the LISTEN connection in a goroutine of its own, and fans notifications out.
+type listener struct {
+	cfg    ListenerConfig
+	logger *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewListener returns the props of a listener actor.
+func NewListener(cfg ListenerConfig) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &listener{cfg: cfg, logger: cfg.Logger.With("service", "listener")}
+	})
+}
+
+// Receive implements actor.Actor.
+func (l *listener) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		lctx, cancel := context.WithCancel(context.Background())
+		l.cancel, l.done = cancel, make(chan struct{})
+		go l.loop(lctx)
+	case *actor.Stopping:
+		l.cancel()
+		<-l.done
+	}
+}
+
+func (l *listener) loop(ctx context.Context) {
+	defer close(l.done)
+	backoff := 50 * time.Millisecond
+	for first := true; ctx.Err() == nil; first = false {
+		err := l.listen(ctx, first)
+		if ctx.Err() != nil {
+			return
+		}
+		l.logger.Warn("LISTEN connection lost; reconnecting", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (l *listener) listen(ctx context.Context, first bool) error {
+	conn, err := l.cfg.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.cfg.Channel}.Sanitize()); err != nil {
+		return err
+	}
+	if !first && l.cfg.OnReconnect != nil {
+		l.cfg.OnReconnect()
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case n.Payload == persistence.PayloadWork:
+			l.cfg.OnWork()
+		case strings.HasPrefix(n.Payload, persistence.PayloadExecution):
+			l.cfg.OnExecution(strings.TrimPrefix(n.Payload, persistence.PayloadExecution))
+		}
+	}
+}

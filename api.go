@@ -1,0 +1,350 @@
+package journey
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/persistence"
+)
+
+// Execution is one run of a graph.
+type Execution struct {
+	ID      string
+	Graph   string
+	Version string
+	// Revision counts the execution's changes: sets, claims, completions, failures and
+	// invalidations.
+	Revision   int64
+	ArchivedAt *time.Time
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+func toExecution(e *persistence.Execution) *Execution {
+	return &Execution{
+		ID: e.ID, Graph: e.GraphName, Version: e.GraphVersion, Revision: e.Revision,
+		ArchivedAt: e.ArchivedAt, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
+	}
+}
+
+// ComputationState is the state of one attempt:
+// PENDING → AVAILABLE → RUNNING → SUCCESS | FAILED | ABANDONED | CANCELED.
+type ComputationState string
+
+// Computation states.
+const (
+	StatePending   ComputationState = persistence.StatePending
+	StateAvailable ComputationState = persistence.StateAvailable
+	StateRunning   ComputationState = persistence.StateRunning
+	StateSuccess   ComputationState = persistence.StateSuccess
+	StateFailed    ComputationState = persistence.StateFailed
+	StateAbandoned ComputationState = persistence.StateAbandoned
+	StateCanceled  ComputationState = persistence.StateCanceled
+)
+
+// Computation is one attempt of a node, as Computations reports it.
+type Computation struct {
+	ID          int64
+	Node        string
+	State       ComputationState
+	Attempt     int
+	MaxAttempts int
+	// ReplicaID is the replica that claimed the attempt, if any did.
+	ReplicaID         string
+	RunAt             time.Time
+	ClaimedAt         *time.Time
+	Deadline          *time.Time
+	HeartbeatDeadline *time.Time
+	LastHeartbeatAt   *time.Time
+	FinishedAt        *time.Time
+	// Error is the function's error, or the audit reason of an abandonment, such as
+	// "abandoned: heartbeat deadline passed".
+	Error     string
+	CreatedAt time.Time
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func (r *Runtime) check() error {
+	if r.stopped.Load() {
+		return ErrStopped
+	}
+	return nil
+}
+
+// Start starts an execution of g, which must be registered in Config.Graphs.
+func (r *Runtime) Start(ctx context.Context, g *graph.Graph) (*Execution, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return nil, fmt.Errorf("%w: Start was given a nil graph", ErrUnknownGraph)
+	}
+	e, err := r.store.CreateExecution(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	return toExecution(e), nil
+}
+
+// Load reads an execution.
+func (r *Runtime) Load(ctx context.Context, id string) (*Execution, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	e, err := r.store.LoadExecution(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return toExecution(e), nil
+}
+
+// SetOption modifies a Set, SetMany or Unset.
+type SetOption func(*setOptions)
+
+type setOptions struct {
+	metadata any
+}
+
+// WithMetadata attaches metadata (any JSON-encodable value) to the values set. The same value
+// with different metadata is a change, and gets a new revision.
+func WithMetadata(metadata any) SetOption {
+	return func(o *setOptions) { o.metadata = metadata }
+}
+
+// Set sets an input node's value, persists it, and advances the execution. Setting the value a
+// node already has (with the same metadata) changes nothing, and returns the current revision.
+func (r *Runtime) Set(ctx context.Context, id, node string, value any, opts ...SetOption) (int64, error) {
+	return r.SetMany(ctx, id, map[string]any{node: value}, opts...)
+}
+
+// SetMany sets several input nodes in one transaction, as one revision.
+func (r *Runtime) SetMany(ctx context.Context, id string, values map[string]any, opts ...SetOption) (int64, error) {
+	if err := r.check(); err != nil {
+		return 0, err
+	}
+	var o setOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	set := make(map[string]json.RawMessage, len(values))
+	for node, v := range values {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return 0, fmt.Errorf("%w: node %q: %v", ErrInvalidValue, node, err)
+		}
+		set[node] = raw
+	}
+	var meta json.RawMessage
+	if o.metadata != nil {
+		raw, err := json.Marshal(o.metadata)
+		if err != nil {
+			return 0, fmt.Errorf("%w: metadata: %v", ErrInvalidValue, err)
+		}
+		meta = raw
+	}
+	return r.store.SetValues(ctx, id, set, meta, nil)
+}
+
+// Unset clears input nodes, and by invalidation every value that depends on them.
+func (r *Runtime) Unset(ctx context.Context, id string, nodes ...string) (int64, error) {
+	if err := r.check(); err != nil {
+		return 0, err
+	}
+	return r.store.SetValues(ctx, id, nil, nil, nodes)
+}
+
+// GetOption makes Get wait.
+type GetOption func(*getOptions)
+
+type getOptions struct {
+	wait  bool
+	newer int64
+}
+
+// WaitAny makes Get wait until the node has a value.
+func WaitAny() GetOption {
+	return func(o *getOptions) { o.wait, o.newer = true, 0 }
+}
+
+// WaitNewerThan makes Get wait until the node has a value newer than revision rev.
+func WaitNewerThan(rev int64) GetOption {
+	return func(o *getOptions) { o.wait, o.newer = true, rev }
+}
+
+// Get reads a node's value. With no option it answers at once (ErrNotSet when unset). With
+// WaitAny or WaitNewerThan it waits until the value is there, the node fails
+// (ErrComputationFailed), or ctx ends. Waiting is woken by the database's notifications, with
+// Config.PollInterval as the fallback.
+func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (graph.Value, error) {
+	if err := r.check(); err != nil {
+		return graph.Value{}, err
+	}
+	var o getOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var poll *time.Ticker
+	for {
+		var wake chan struct{}
+		var remove func()
+		if o.wait {
+			wake, remove = r.waiters.add(id)
+		}
+		v, err := r.getOnce(ctx, id, node, o.newer)
+		if !o.wait || !errors.Is(err, ErrNotSet) {
+			if remove != nil {
+				remove()
+			}
+			return v, err
+		}
+		if poll == nil {
+			poll = time.NewTicker(r.cfg.PollInterval)
+			defer poll.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			remove()
+			return graph.Value{}, fmt.Errorf("waiting for %q in %s: %w", node, id, ctx.Err())
+		case <-wake:
+		case <-poll.C:
+		}
+		remove()
+	}
+}
+
+// getOnce returns the node's value if it is newer than rev, ErrComputationFailed if the node has
+// failed for good, and ErrNotSet otherwise.
+func (r *Runtime) getOnce(ctx context.Context, id, node string, rev int64) (graph.Value, error) {
+	ns, err := r.store.NodeState(ctx, id, node)
+	if err != nil {
+		return graph.Value{}, err
+	}
+	if ns.Value.IsSet() && ns.Value.Revision > rev {
+		return ns.Value, nil
+	}
+	if ns.Failed() {
+		return graph.Value{}, fmt.Errorf("%w: node %q of %s after %d attempt(s): %s",
+			ErrComputationFailed, node, id, ns.Latest.Attempt, deref(ns.Latest.Error))
+	}
+	return graph.Value{}, fmt.Errorf("%w: node %q of %s", ErrNotSet, node, id)
+}
+
+// GetAs is Get, decoding the value into a T.
+func GetAs[T any](ctx context.Context, r *Runtime, id, node string, opts ...GetOption) (T, error) {
+	var out T
+	v, err := r.Get(ctx, id, node, opts...)
+	if err != nil {
+		return out, err
+	}
+	if err := v.Decode(&out); err != nil {
+		return out, fmt.Errorf("decoding %q of %s as %T: %w", node, id, out, err)
+	}
+	return out, nil
+}
+
+// Values reads every value set in an execution.
+func (r *Runtime) Values(ctx context.Context, id string) (graph.Values, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return r.store.Values(ctx, id)
+}
+
+// Computations lists every attempt of every node of an execution, oldest first, with its state,
+// replica, times and error.
+func (r *Runtime) Computations(ctx context.Context, id string) ([]Computation, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	rows, err := r.store.Computations(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Computation, len(rows))
+	for i, c := range rows {
+		out[i] = Computation{
+			ID: c.ID, Node: c.Node, State: ComputationState(c.State), Attempt: c.Attempt,
+			MaxAttempts: c.MaxAttempts, ReplicaID: deref(c.ReplicaID), RunAt: c.RunAt,
+			ClaimedAt: c.ClaimedAt, Deadline: c.Deadline, HeartbeatDeadline: c.HeartbeatDeadline,
+			LastHeartbeatAt: c.LastHeartbeatAt, FinishedAt: c.FinishedAt, Error: deref(c.Error),
+			CreatedAt: c.CreatedAt,
+		}
+	}
+	return out, nil
+}
+
+// Summarize describes an execution in text: its values, its computations, and what each node
+// without a value is waiting for.
+func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
+	e, err := r.Load(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	g, ok := r.store.Graph(e.Graph, e.Version)
+	if !ok {
+		return "", fmt.Errorf("%w: %q version %q", ErrUnknownGraph, e.Graph, e.Version)
+	}
+	vals, err := r.Values(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	comps, err := r.Computations(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Execution %s of graph %q version %q, revision %d\n", e.ID, e.Graph, e.Version, e.Revision)
+	b.WriteString("Values:\n")
+	names := make([]string, 0, len(vals))
+	for name := range vals {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(&b, "  %s = %s (revision %d)\n", name, vals[name].Raw, vals[name].Revision)
+	}
+	if len(names) == 0 {
+		b.WriteString("  (none)\n")
+	}
+	b.WriteString("Computations:\n")
+	for _, c := range comps {
+		fmt.Fprintf(&b, "  %s attempt %d/%d: %s", c.Node, c.Attempt, c.MaxAttempts, c.State)
+		if c.Error != "" {
+			fmt.Fprintf(&b, " (%s)", c.Error)
+		}
+		b.WriteString("\n")
+	}
+	if len(comps) == 0 {
+		b.WriteString("  (none)\n")
+	}
+	b.WriteString("Waiting:\n")
+	waiting := 0
+	for _, n := range g.Nodes() {
+		if n.Kind() == graph.KindInput || vals.Has(n.Name()) {
+			continue
+		}
+		waiting++
+		if unmet := n.Gate().Unmet(vals); unmet != "" {
+			fmt.Fprintf(&b, "  %s: %s\n", n.Name(), unmet)
+		} else {
+			fmt.Fprintf(&b, "  %s: gate holds; computing\n", n.Name())
+		}
+	}
+	if waiting == 0 {
+		b.WriteString("  (nothing)\n")
+	}
+	return b.String(), nil
+}

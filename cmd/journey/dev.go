@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+
+	"github.com/journey-go/journey/internal/devpg"
+)
+
+const devDescription = `Without a command, dev starts a throwaway PostgreSQL, prints its URL, and stops it (deleting
+all its data) on SIGINT or SIGTERM.
+
+With a command, dev starts a throwaway PostgreSQL, runs the command with DATABASE_URL and
+TEST_DATABASE_URL set to its URL, stops it, and exits with the command's exit code. If
+DATABASE_URL is already set, dev just runs the command.`
+
+// runDev implements "journey dev".
+func runDev(ctx context.Context, env *environment, args []string) (code int) {
+	fs := newFlagSet(env, "dev", "[-- command [args...]]", devDescription)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	argv := fs.Args()
+
+	// From here on, signals are ours to handle: the cluster must be stopped whatever happens.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	if len(argv) > 0 && os.Getenv("DATABASE_URL") != "" {
+		env.logger.Info("DATABASE_URL is set: running the command against it")
+		return runCommand(env, argv, nil, sigs)
+	}
+
+	cluster, code, ok := startCluster(ctx, env, sigs)
+	if !ok {
+		return code
+	}
+	defer func() {
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintf(env.stderr, "journey dev: stopping PostgreSQL: %v\n", err)
+			code = 1
+		}
+	}()
+
+	if len(argv) == 0 {
+		fmt.Fprintf(env.stdout, "PostgreSQL is running at %s\n\n", cluster.URL())
+		fmt.Fprintf(env.stdout, "    export DATABASE_URL='%s'\n\n", cluster.URL())
+		fmt.Fprintln(env.stdout, "Press Ctrl-C to stop it and delete its data.")
+		<-sigs
+		return 0
+	}
+	url := cluster.URL()
+	return runCommand(env, argv, []string{"DATABASE_URL=" + url, "TEST_DATABASE_URL=" + url}, sigs)
+}
+
+// startCluster starts a cluster, giving up if a signal arrives first. When it returns false,
+// the command should exit with code.
+func startCluster(ctx context.Context, env *environment, sigs <-chan os.Signal) (*devpg.Cluster, int, bool) {
+	type result struct {
+		cluster *devpg.Cluster
+		err     error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := make(chan result, 1)
+	go func() {
+		c, err := devpg.Start(ctx, env.logger)
+		started <- result{c, err}
+	}()
+
+	select {
+	case r := <-started:
+		if r.err != nil {
+			fmt.Fprintf(env.stderr, "journey dev: %v\n", r.err)
+			return nil, 1, false
+		}
+		return r.cluster, 0, true
+	case sig := <-sigs:
+		cancel()
+		if r := <-started; r.err == nil {
+			_ = r.cluster.Stop()
+		}
+		return nil, signalCode(sig), false
+	}
+}
+
+// runCommand runs argv with extra variables added to our environment and our standard streams,
+// and returns its exit code.
+//
+// SIGTERM is passed on to the command. SIGINT is not: Ctrl-C in a terminal already reaches the
+// command, which is in our process group, and a second one would make some programs quit
+// without cleaning up. Either way we wait for the command to exit.
+func runCommand(env *environment, argv, extraEnv []string, sigs <-chan os.Signal) int {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, env.stdout, env.stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(env.stderr, "journey dev: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) {
+			return 127
+		}
+		return 126
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGTERM {
+				_ = cmd.Process.Signal(sig)
+			}
+		case err := <-exited:
+			return exitCode(env, err)
+		}
+	}
+}
+
+// exitCode turns what cmd.Wait returned into an exit code, as a shell would.
+func exitCode(env *environment, err error) int {
+	if err == nil {
+		return 0
+	}
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) {
+		fmt.Fprintf(env.stderr, "journey dev: %v\n", err)
+		return 1
+	}
+	if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return signalCode(ws.Signal())
+	}
+	return exitErr.ExitCode()
+}
+
+// signalCode is the exit code of a process killed by sig: 128 plus the signal number.
+func signalCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
+}

@@ -1,0 +1,127 @@
+// Command journey is the command-line tool of journey-go: it runs a throwaway PostgreSQL for
+// development and tests, and migrates a database.
+//
+// Usage:
+//
+//	journey dev                       start PostgreSQL, print its URL, stop it on Ctrl-C
+//	journey dev -- go test ./...      run a command against a throwaway PostgreSQL
+//	journey migrate [-schema journey] apply pending migrations to $DATABASE_URL
+//
+// Run it from the module with go run ./cmd/journey.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+)
+
+// command is a subcommand of journey.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *environment, args []string) int
+}
+
+// environment is what a command reads and writes besides its arguments.
+type environment struct {
+	stdout, stderr io.Writer
+	logger         *slog.Logger
+}
+
+var commands = []command{
+	{name: "dev", summary: "run a throwaway PostgreSQL, alone or for one command", run: runDev},
+	{name: "migrate", summary: "apply pending migrations to $DATABASE_URL", run: runMigrate},
+}
+
+func main() {
+	env := &environment{
+		stdout: os.Stdout,
+		stderr: os.Stderr,
+		logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	}
+	os.Exit(run(context.Background(), env, os.Args[1:]))
+}
+
+// run runs the command line args and returns the exit code.
+func run(ctx context.Context, env *environment, args []string) int {
+	fs := flag.NewFlagSet("journey", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fs.Usage = func() { usage(fs.Output()) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() == 0 {
+		usage(env.stderr)
+		return 2
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	if name == "help" {
+		usage(env.stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == name {
+			return c.run(ctx, env, rest)
+		}
+	}
+	fmt.Fprintf(env.stderr, "journey: unknown command %q\n\n", name)
+	usage(env.stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `journey is the command-line tool of journey-go, durable computation graphs on PostgreSQL.
+
+Usage:
+  journey <command> [flags] [arguments]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run "journey <command> -h" for the flags of a command.
+
+Examples:
+  journey dev                          # start PostgreSQL and print its DATABASE_URL
+  journey dev -- go test ./...         # run the tests against a throwaway PostgreSQL
+  journey migrate -schema journey      # migrate the database at $DATABASE_URL
+`)
+}
+
+// newFlagSet returns a flag set for a command, with its usage line and description.
+func newFlagSet(env *environment, name, synopsis, description string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: journey %s %s\n\n%s\n", name, synopsis, description)
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprint(fs.Output(), "\nFlags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args into fs. It returns the exit code to return and false if the command
+// should not run: 0 after -h, 2 after a bad flag.
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
+}

@@ -1,0 +1,128 @@
+package journey
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/journey-go/journey/actors"
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/sweeper"
+)
+
+// Defaults of Config.
+const (
+	DefaultSchema        = "journey"
+	DefaultMaxWorkers    = actors.DefaultMaxWorkers
+	DefaultPollInterval  = actors.DefaultPollInterval
+	DefaultSweepInterval = sweeper.DefaultInterval
+	// DefaultMaxConns is the pool size when the runtime opens the pool itself and the URL does
+	// not set pool_max_conns.
+	DefaultMaxConns = 20
+)
+
+// Config configures a Runtime. The zero value of every field but DatabaseURL (or Pool) and
+// Graphs is a sensible default.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string, e.g.
+	// "postgres://user:pass@localhost:5432/app". Required unless Pool is set.
+	DatabaseURL string
+	// Pool is a ready pgx pool to use instead of DatabaseURL. The runtime does not close it. Its
+	// connections should use pgx.QueryExecModeSimpleProtocol, as the runtime's own pool does.
+	Pool *pgxpool.Pool
+	// Schema holds journey's tables. Default "journey". It is created if missing.
+	Schema string
+	// Graphs are the graphs this replica serves: it runs their computations, and Start accepts
+	// only these. At least one is required.
+	Graphs []*graph.Graph
+	// ReplicaID names this replica in claims and logs. Default: host name, pid and a random suffix.
+	ReplicaID string
+	// MaxWorkers caps the computations running at once on this replica. Default 100.
+	MaxWorkers int
+	// PollInterval is how often the replica looks for work and for awaited values when no
+	// notification came. Notifications (LISTEN/NOTIFY) are the main path. Default 1s.
+	PollInterval time.Duration
+	// SweepInterval is the time between sweeper passes, which abandon computations past their
+	// deadlines and promote due retries. Default 5s.
+	SweepInterval time.Duration
+	// Logger receives the runtime's logs. Default slog.Default().
+	Logger *slog.Logger
+	// SkipMigrations skips the schema migrations at New, for deployments that run
+	// `journey migrate` themselves. Default false.
+	SkipMigrations bool
+	// Test holds knobs for tests only.
+	Test TestConfig
+}
+
+// TestConfig holds knobs for tests only. Production code leaves it zero.
+type TestConfig struct {
+	// Clock replaces the database's now() in every decision made by time. Default: the database.
+	Clock clock.Clock
+	// Hooks reach into the actors.
+	Hooks actors.Hooks
+}
+
+func (c Config) withDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.ReplicaID = cmp.Or(c.ReplicaID, defaultReplicaID())
+	c.MaxWorkers = cmp.Or(c.MaxWorkers, DefaultMaxWorkers)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Test.Clock == nil {
+		c.Test.Clock = clock.Real{}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.DatabaseURL == "" && c.Pool == nil {
+		errs = append(errs, errors.New("Config.DatabaseURL is empty: set it to a PostgreSQL URL, or set Config.Pool"))
+	}
+	if len(c.Graphs) == 0 {
+		errs = append(errs, errors.New("Config.Graphs is empty: register the graphs this replica serves"))
+	}
+	seen := map[string]bool{}
+	for i, g := range c.Graphs {
+		if g == nil {
+			errs = append(errs, fmt.Errorf("Config.Graphs[%d] is nil", i))
+			continue
+		}
+		key := persistence.GraphKey(g.Name(), g.Version())
+		if seen[key] {
+			errs = append(errs, fmt.Errorf("Config.Graphs: graph %q version %q is registered twice", g.Name(), g.Version()))
+		}
+		seen[key] = true
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"PollInterval", c.PollInterval}, {"SweepInterval", c.SweepInterval}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("Config.%s is negative (%v): leave it zero for the default", d.name, d.v))
+		}
+	}
+	if c.MaxWorkers < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))
+	}
+	if len(c.Schema) > 48 || strings.ContainsAny(c.Schema, "\x00") {
+		errs = append(errs, fmt.Errorf("Config.Schema %q is too long: use at most 48 bytes", c.Schema))
+	}
+	return errors.Join(errs...)
+}
+
+func defaultReplicaID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "host"), os.Getpid(), randomSuffix())
+}

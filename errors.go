@@ -1,0 +1,29 @@
+package journey
+
+import (
+	"errors"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/persistence"
+)
+
+// Errors, matched with errors.Is. The errors returned wrap them with the details.
+var (
+	// ErrNotFound means there is no such execution.
+	ErrNotFound = persistence.ErrNotFound
+	// ErrNotSet means the node has no value (yet).
+	ErrNotSet = graph.ErrNotSet
+	// ErrComputationFailed means the node used up its attempts and nothing is pending.
+	// Retry gives it a fresh budget.
+	ErrComputationFailed = errors.New("journey: computation failed")
+	// ErrUnknownNode means the execution's graph has no node of that name.
+	ErrUnknownNode = persistence.ErrUnknownNode
+	// ErrNotInput means only input nodes can be set or unset.
+	ErrNotInput = persistence.ErrNotInput
+	// ErrUnknownGraph means the graph is not registered on this replica (Config.Graphs).
+	ErrUnknownGraph = persistence.ErrUnknownGraph
+	// ErrInvalidValue means a value or metadata could not be encoded as JSON.
+	ErrInvalidValue = errors.New("journey: value is not JSON-encodable")
+	// ErrStopped means the runtime was stopped.
+	ErrStopped = errors.New("journey: runtime stopped")
+)

@@ -1,0 +1,265 @@
+package graph
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of the node options.
+const (
+	// DefaultMaxAttempts is the number of attempts per upstream change.
+	DefaultMaxAttempts = 3
+	// DefaultAbandonAfter is the hard deadline of one attempt.
+	DefaultAbandonAfter = 60 * time.Second
+	// DefaultHeartbeatInterval is how often a running attempt heartbeats.
+	DefaultHeartbeatInterval = 10 * time.Second
+	// DefaultHeartbeatTimeout is how long an attempt may go without a heartbeat before it is
+	// abandoned.
+	DefaultHeartbeatTimeout = 30 * time.Second
+	// DefaultMaxEntries is the number of entries a historian keeps.
+	DefaultMaxEntries = 100
+)
+
+// Bounds of DefaultBackoff.
+const (
+	backoffBase   = time.Second
+	backoffMax    = 5 * time.Minute
+	backoffJitter = 0.2
+)
+
+// Settings are a node's options, resolved: every field not given as an option holds its
+// default.
+type Settings struct {
+	// MaxAttempts is the number of attempts per upstream change before the node fails.
+	// Default 3.
+	MaxAttempts int
+	// AbandonAfter is the hard deadline of one attempt. Default 60s.
+	AbandonAfter time.Duration
+	// HeartbeatInterval is how often a running attempt heartbeats. Default 10s.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long an attempt may go without a heartbeat before it is
+	// abandoned. Default 30s.
+	HeartbeatTimeout time.Duration
+	// Backoff returns the wait before the next attempt, given the 1-based number of the
+	// attempt that just failed. Default DefaultBackoff.
+	Backoff func(attempt int) time.Duration
+	// OnSave is called after the node's value is saved, or once it fails for good.
+	// Default nil.
+	OnSave func(ctx context.Context, e SaveEvent)
+	// ConcurrencyKey, when not nil, allows at most one computation per key to be available or
+	// running, across all replicas. Default nil.
+	ConcurrencyKey func(Values) string
+	// MaxParallel is how many computations of the node may be available or running at once,
+	// across all replicas. Default 0, meaning no limit.
+	MaxParallel int
+	// UpdateRevisionOnChange, for a mutate node, gives the targets whose value changed a new
+	// revision, so that their dependents recompute. Default false.
+	UpdateRevisionOnChange bool
+	// MaxEntries is the number of entries a historian keeps, newest first. Default 100.
+	MaxEntries int
+}
+
+// defaultSettings returns the settings of a node given no options.
+func defaultSettings() Settings {
+	return Settings{
+		MaxAttempts:       DefaultMaxAttempts,
+		AbandonAfter:      DefaultAbandonAfter,
+		HeartbeatInterval: DefaultHeartbeatInterval,
+		HeartbeatTimeout:  DefaultHeartbeatTimeout,
+		Backoff:           DefaultBackoff,
+		MaxEntries:        DefaultMaxEntries,
+	}
+}
+
+// DefaultBackoff is the default retry backoff: 1s after the first failed attempt, doubling
+// with each further one, capped at 5 minutes, then spread by a random ±20% so that retries of
+// many executions do not land together. attempt is the 1-based number of the attempt that just
+// failed; values below 1 count as 1.
+func DefaultBackoff(attempt int) time.Duration {
+	d := backoffMax
+	// 2^9 s is past the cap already; stopping there also keeps the shift from overflowing.
+	if attempt = max(attempt, 1); attempt <= 9 {
+		d = min(backoffBase<<(attempt-1), backoffMax)
+	}
+	factor := 1 - backoffJitter + 2*backoffJitter*rand.Float64()
+	return time.Duration(float64(d) * factor)
+}
+
+// option names an option, for validation messages.
+type option int
+
+const (
+	optMaxAttempts option = iota
+	optAbandonAfter
+	optHeartbeat
+	optBackoff
+	optOnSave
+	optConcurrencyKey
+	optMaxParallel
+	optUpdateRevisionOnChange
+	optMaxEntries
+	numOptions
+)
+
+var optionNames = [numOptions]string{
+	optMaxAttempts:            "MaxAttempts",
+	optAbandonAfter:           "AbandonAfter",
+	optHeartbeat:              "Heartbeat",
+	optBackoff:                "Backoff",
+	optOnSave:                 "OnSave",
+	optConcurrencyKey:         "ConcurrencyKey",
+	optMaxParallel:            "MaxParallel",
+	optUpdateRevisionOnChange: "UpdateRevisionOnChange",
+	optMaxEntries:             "MaxEntries",
+}
+
+func (o option) String() string { return optionNames[o] }
+
+// nodeOptions collects the options given to a node constructor.
+type nodeOptions struct {
+	settings Settings
+	given    [numOptions]bool
+}
+
+// NodeOption configures a node. Options are checked by New: a value out of range, or an option
+// used on a kind of node it does not apply to, is reported there.
+type NodeOption func(*nodeOptions)
+
+// MaxAttempts sets how many attempts a node gets per upstream change before it fails. An
+// abandoned attempt counts. Default 3.
+func MaxAttempts(n int) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.MaxAttempts = n
+		o.given[optMaxAttempts] = true
+	}
+}
+
+// AbandonAfter sets the hard deadline of one attempt, after which it is abandoned and counts
+// as failed. Default 60s.
+func AbandonAfter(d time.Duration) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.AbandonAfter = d
+		o.given[optAbandonAfter] = true
+	}
+}
+
+// Heartbeat sets how often a running attempt heartbeats, and how long it may go without one
+// before it is abandoned. The interval must be at most half the timeout. Default 10s and 30s.
+func Heartbeat(interval, timeout time.Duration) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.HeartbeatInterval = interval
+		o.settings.HeartbeatTimeout = timeout
+		o.given[optHeartbeat] = true
+	}
+}
+
+// Backoff sets the wait before a retry, given the 1-based number of the attempt that just
+// failed. Default DefaultBackoff.
+func Backoff(fn func(attempt int) time.Duration) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.Backoff = fn
+		o.given[optBackoff] = true
+	}
+}
+
+// OnSave sets a callback that runs, after the commit, once per change of the node's value, and
+// once with the error when the node fails for good. It runs before the graph's WithOnSave.
+func OnSave(fn func(ctx context.Context, e SaveEvent)) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.OnSave = fn
+		o.given[optOnSave] = true
+	}
+}
+
+// ConcurrencyKey allows at most one computation of the node per key to be available or
+// running, across all replicas. fn derives the key from the execution's values.
+func ConcurrencyKey(fn func(Values) string) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.ConcurrencyKey = fn
+		o.given[optConcurrencyKey] = true
+	}
+}
+
+// MaxParallel allows at most n computations of the node to be available or running at once,
+// across all replicas and executions. Default: no limit.
+func MaxParallel(n int) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.MaxParallel = n
+		o.given[optMaxParallel] = true
+	}
+}
+
+// UpdateRevisionOnChange makes a mutate node give each target whose value it changed a new
+// revision, so that the target's dependents recompute. It applies to Mutate nodes only, and no
+// target may be upstream of the mutate itself.
+func UpdateRevisionOnChange() NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.UpdateRevisionOnChange = true
+		o.given[optUpdateRevisionOnChange] = true
+	}
+}
+
+// MaxEntries sets how many entries a historian keeps, newest first. It applies to Historian
+// nodes only. Default 100.
+func MaxEntries(n int) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.MaxEntries = n
+		o.given[optMaxEntries] = true
+	}
+}
+
+// SaveEvent is passed to OnSave callbacks.
+type SaveEvent struct {
+	// ExecutionID is the execution the node belongs to.
+	ExecutionID string
+	// Graph is the graph's name.
+	Graph string
+	// Node is the node's name.
+	Node string
+	// Value is the saved value. It is the zero Value when Err is not nil.
+	Value Value
+	// Err is not nil when the node failed for good.
+	Err error
+}
+
+// graphOptions collects the options given to New.
+type graphOptions struct {
+	onSave             func(ctx context.Context, e SaveEvent)
+	onSaveGiven        bool
+	idPrefix           string
+	idPrefixGiven      bool
+	completesWhen      Gate
+	completesWhenGiven bool
+}
+
+// Option configures a graph.
+type Option func(*graphOptions)
+
+// WithOnSave sets a callback that runs, after the commit, once per change of any node's value,
+// and once with the error when a node fails for good. It runs after the node's own OnSave.
+func WithOnSave(fn func(ctx context.Context, e SaveEvent)) Option {
+	return func(o *graphOptions) {
+		o.onSave = fn
+		o.onSaveGiven = true
+	}
+}
+
+// IDPrefix sets the prefix of the graph's execution IDs: 1 to 16 characters of A-Z, a-z, 0-9
+// and _. The default is the first three letters or digits of the graph's name, in upper case,
+// or "EXE" when the name has none.
+func IDPrefix(p string) Option {
+	return func(o *graphOptions) {
+		o.idPrefix = p
+		o.idPrefixGiven = true
+	}
+}
+
+// CompletesWhen sets the gate that says when an execution counts as completed, for lifecycle
+// notifications: it holds and nothing is pending or running.
+func CompletesWhen(g Gate) Option {
+	return func(o *graphOptions) {
+		o.completesWhen = g
+		o.completesWhenGiven = true
+	}
+}

@@ -1,0 +1,275 @@
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// reservedNames are node names the runtime uses for its own columns.
+var reservedNames = []string{"execution_id", "last_updated_at"}
+
+// maxIDPrefixLen is the length of the longest IDPrefix allowed.
+const maxIDPrefixLen = 16
+
+// validator collects the problems of a graph.
+type validator struct {
+	g        *Graph
+	problems []error
+}
+
+// graphf records a problem of the graph as a whole.
+func (v *validator) graphf(format string, args ...any) {
+	msg := fmt.Sprintf("graph %q: ", v.g.name) + fmt.Sprintf(format, args...)
+	v.problems = append(v.problems, &problem{msg: msg})
+}
+
+// nodef records a problem of the node at position i.
+func (v *validator) nodef(i int, format string, args ...any) {
+	node := fmt.Sprintf("node %q", v.g.nodes[i].name)
+	if v.g.nodes[i].name == "" {
+		node = fmt.Sprintf("node #%d", i+1)
+	}
+	v.graphf("%s: %s", node, fmt.Sprintf(format, args...))
+}
+
+// validate checks the graph and its options, given the cycles topoSort found, and returns all
+// problems joined, or nil.
+func (g *Graph) validate(o *graphOptions, cycles [][]int) error {
+	v := &validator{g: g}
+	if g.name == "" {
+		v.graphf("name is empty")
+	}
+	if g.version == "" {
+		v.graphf("version is empty")
+	}
+	if len(g.nodes) == 0 {
+		v.graphf("has no nodes")
+	}
+	for i := range g.nodes {
+		v.checkNode(i)
+	}
+	for _, cycle := range cycles {
+		steps := make([]string, len(cycle))
+		for k, i := range cycle {
+			next := cycle[(k+1)%len(cycle)]
+			steps[k] = fmt.Sprintf("%q depends on %q", g.nodes[i].name, g.nodes[next].name)
+		}
+		v.nodef(cycle[0], "gates form a cycle: %s", strings.Join(steps, ", "))
+	}
+	v.checkGraphOptions(o)
+	return errors.Join(v.problems...)
+}
+
+// checkNode records the problems of the node at position i.
+func (v *validator) checkNode(i int) {
+	n := v.g.nodes[i]
+	switch {
+	case n.name == "":
+		v.nodef(i, "name is empty")
+	case slices.Contains(reservedNames, n.name):
+		v.nodef(i, "name is reserved (reserved names: %s)", strings.Join(reservedNames, ", "))
+	case v.g.index[n.name] != i:
+		v.nodef(i, "name is already used by node #%d", v.g.index[n.name]+1)
+	}
+	if !n.kind.valid() {
+		v.nodef(i, "unknown kind %v; build nodes with Input, Compute, Mutate, TickOnce, TickRecurring, Historian or Archive", n.kind)
+		return
+	}
+
+	if n.kind != KindInput {
+		if n.gate == nil {
+			v.nodef(i, "gate is nil; use Needs() for a node that runs at start")
+		} else {
+			v.checkGate(i, "gate", n.gate)
+		}
+	}
+	switch {
+	case (n.kind == KindCompute || n.kind == KindMutate) && n.fn == nil:
+		v.nodef(i, "%s function is nil", n.kind)
+	case n.kind.isTick() && n.tick == nil:
+		v.nodef(i, "%s function is nil", n.kind)
+	}
+	v.checkOptions(i)
+	if n.kind == KindMutate {
+		v.checkTargets(i)
+	}
+}
+
+// checkGate records the problems of a gate: a missing part, and references to unknown nodes.
+// i is the position of the node it gates, or -1 for a gate of the graph.
+func (v *validator) checkGate(i int, what string, gate Gate) {
+	report := func(format string, args ...any) {
+		if i < 0 {
+			v.graphf(format, args...)
+		} else {
+			v.nodef(i, format, args...)
+		}
+	}
+	for _, p := range checkGate(gate) {
+		report("%s: %s", what, p)
+	}
+	names := slices.Compact(slices.Sorted(slices.Values(gate.Nodes())))
+	for _, name := range names {
+		if _, ok := v.g.index[name]; !ok {
+			report("%s names unknown node %q", what, name)
+		}
+	}
+}
+
+// optionApplies reports whether an option applies to nodes of kind k.
+func optionApplies(o option, k Kind) bool {
+	switch o {
+	case optOnSave:
+		return true
+	case optUpdateRevisionOnChange:
+		return k == KindMutate
+	case optMaxEntries:
+		return k == KindHistorian
+	default:
+		return k != KindInput
+	}
+}
+
+// checkOptions records options given to a node they do not apply to, and values out of range.
+func (v *validator) checkOptions(i int) {
+	n := v.g.nodes[i]
+	s := n.opts.settings
+	for o := range numOptions {
+		if !n.opts.given[o] {
+			continue
+		}
+		if !optionApplies(o, n.kind) {
+			switch o {
+			case optUpdateRevisionOnChange:
+				v.nodef(i, "option %v applies only to mutate nodes, not to %s nodes", o, n.kind)
+			case optMaxEntries:
+				v.nodef(i, "option %v applies only to historian nodes, not to %s nodes", o, n.kind)
+			default:
+				v.nodef(i, "option %v does not apply to input nodes, which accept only OnSave", o)
+			}
+			continue
+		}
+		switch o {
+		case optMaxAttempts:
+			if s.MaxAttempts <= 0 {
+				v.nodef(i, "option MaxAttempts(%d) must be at least 1", s.MaxAttempts)
+			}
+		case optAbandonAfter:
+			if s.AbandonAfter <= 0 {
+				v.nodef(i, "option AbandonAfter(%v) must be positive", s.AbandonAfter)
+			}
+		case optHeartbeat:
+			v.checkHeartbeat(i, s)
+		case optBackoff:
+			if s.Backoff == nil {
+				v.nodef(i, "option Backoff has a nil function")
+			}
+		case optOnSave:
+			if s.OnSave == nil {
+				v.nodef(i, "option OnSave has a nil function")
+			}
+		case optConcurrencyKey:
+			if s.ConcurrencyKey == nil {
+				v.nodef(i, "option ConcurrencyKey has a nil function")
+			}
+		case optMaxParallel:
+			if s.MaxParallel <= 0 {
+				v.nodef(i, "option MaxParallel(%d) must be at least 1; leave it out for no limit", s.MaxParallel)
+			}
+		case optMaxEntries:
+			if s.MaxEntries <= 0 {
+				v.nodef(i, "option MaxEntries(%d) must be at least 1", s.MaxEntries)
+			}
+		}
+	}
+}
+
+// checkHeartbeat records a heartbeat that is not positive, or too slow for its timeout.
+func (v *validator) checkHeartbeat(i int, s Settings) {
+	interval, timeout := s.HeartbeatInterval, s.HeartbeatTimeout
+	if interval <= 0 {
+		v.nodef(i, "option Heartbeat interval %v must be positive", interval)
+	}
+	if timeout <= 0 {
+		v.nodef(i, "option Heartbeat timeout %v must be positive", timeout)
+	}
+	if interval > 0 && timeout > 0 && 2*interval > timeout {
+		v.nodef(i, "option Heartbeat interval %v is more than half the timeout %v; one late heartbeat would abandon the computation", interval, timeout)
+	}
+}
+
+// checkTargets records the problems of a mutate node's targets.
+func (v *validator) checkTargets(i int) {
+	n := v.g.nodes[i]
+	if len(n.targets) == 0 {
+		v.nodef(i, "mutate has no targets")
+		return
+	}
+	var upstream map[string]bool
+	if n.opts.settings.UpdateRevisionOnChange {
+		upstream = v.g.ancestors(i)
+	}
+	for k, t := range n.targets {
+		j, known := v.g.index[t]
+		switch {
+		case slices.Index(n.targets, t) != k:
+			v.nodef(i, "target %q is listed more than once", t)
+		case t == n.name:
+			v.nodef(i, "mutate cannot target itself")
+		case !known:
+			v.nodef(i, "target %q is not a node of the graph", t)
+		case v.g.nodes[j].kind != KindInput:
+			v.nodef(i, "target %q is a %s node; only input nodes can be mutated", t, v.g.nodes[j].kind)
+		case upstream[t]:
+			v.nodef(i, "option UpdateRevisionOnChange with target %q, which is upstream of %q, would make the mutate recompute itself", t, n.name)
+		}
+	}
+}
+
+// ancestors returns the names of all nodes that node i depends on through gates, directly or
+// not. It terminates on cycles.
+func (g *Graph) ancestors(i int) map[string]bool {
+	seen := map[string]bool{}
+	stack := g.deps(i)
+	for len(stack) > 0 {
+		j := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[g.nodes[j].name] {
+			continue
+		}
+		seen[g.nodes[j].name] = true
+		stack = append(stack, g.deps(j)...)
+	}
+	return seen
+}
+
+// checkGraphOptions records the problems of the graph's options.
+func (v *validator) checkGraphOptions(o *graphOptions) {
+	if o.onSaveGiven && o.onSave == nil {
+		v.graphf("option WithOnSave has a nil function")
+	}
+	switch {
+	case o.completesWhenGiven && o.completesWhen == nil:
+		v.graphf("option CompletesWhen has a nil gate")
+	case o.completesWhenGiven:
+		v.checkGate(-1, "option CompletesWhen: gate", o.completesWhen)
+	}
+	if o.idPrefixGiven && !validIDPrefix(o.idPrefix) {
+		v.graphf("option IDPrefix(%q) must be 1 to %d characters of A-Z, a-z, 0-9 and _", o.idPrefix, maxIDPrefixLen)
+	}
+}
+
+// validIDPrefix reports whether p is 1 to 16 characters of A-Z, a-z, 0-9 and _.
+func validIDPrefix(p string) bool {
+	if p == "" || len(p) > maxIDPrefixLen {
+		return false
+	}
+	for _, r := range p {
+		if !isASCIIAlnum(r) && r != '_' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,186 @@
+// Package pgtest gives tests a real PostgreSQL database, and each test its own schema.
+//
+// A test package that uses it calls Main from TestMain:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// or, to check for leaked goroutines as well:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Runner{M: m}) }
+//
+// The database is TEST_DATABASE_URL, else DATABASE_URL, else a throwaway cluster started for
+// the test binary (see package devpg). Tests then isolate themselves in schemas:
+//
+//	func TestSomething(t *testing.T) {
+//		t.Parallel()
+//		schema := pgtest.Schema(t) // dropped when the test ends
+//		db := pgtest.BunDB(t, pgtest.URL(t))
+//		...
+//	}
+//
+// This package imports devpg and nothing else from the project, so that any package can use it
+// in its tests.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/journey-go/journey/internal/devpg"
+)
+
+const (
+	// startTimeout bounds how long Main waits for a throwaway cluster.
+	startTimeout = 2 * time.Minute
+	// dropTimeout bounds how long a Schema cleanup waits to drop its schema.
+	dropTimeout = 30 * time.Second
+	// maxNameBytes is the part of a schema name taken from the test's name.
+	maxNameBytes = 40
+)
+
+// baseURL is the database of this test binary, set by Main.
+var baseURL atomic.Pointer[string]
+
+// Main is for TestMain. It takes the database from TEST_DATABASE_URL, or DATABASE_URL, or else
+// starts a throwaway cluster for this test binary; then it runs the tests, stops the cluster, and
+// exits with m.Run's code.
+func Main(m *testing.M) {
+	os.Exit(Runner{M: m}.Run())
+}
+
+// Runner does what Main does but returns the exit code instead of exiting, for wrappers that
+// take a Run method, such as goleak.VerifyTestMain(pgtest.Runner{M: m}).
+type Runner struct {
+	// M runs the tests.
+	M *testing.M
+}
+
+// Run provides the database, runs the tests and stops the cluster it started, if any. It
+// returns m.Run's code, or 1 if no database could be had.
+func (r Runner) Run() int {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	url := os.Getenv("TEST_DATABASE_URL")
+	if url == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		var stop func()
+		var err error
+		url, stop, err = devpg.URLOrStart(ctx, logger)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: no database for the tests: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
+	baseURL.Store(&url)
+	defer baseURL.Store(nil)
+	return r.M.Run()
+}
+
+// URL returns the URL of the test database. It fails the test if TestMain did not use Main or
+// Runner.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	u := baseURL.Load()
+	if u == nil {
+		tb.Fatal("pgtest: no test database: call pgtest.Main(m) from TestMain")
+	}
+	return *u
+}
+
+// Schema returns a fresh, unique schema name, such as "jt_testfoo_bar_1a2b3c4d": at most 63
+// bytes of [a-z0-9_]. It creates nothing, but registers a cleanup that drops the schema, if it
+// exists, with everything in it.
+func Schema(tb testing.TB) string {
+	tb.Helper()
+	url := URL(tb)
+	schema := schemaName(tb.Name())
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
+		defer cancel()
+		if err := dropSchema(ctx, url, schema); err != nil {
+			tb.Errorf("pgtest: dropping schema %s (is a connection still holding locks in it?): %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// DB returns a *sql.DB on the test database through pgx's database/sql driver, in the simple
+// query protocol. It is closed when the test ends.
+func DB(tb testing.TB) *sql.DB {
+	tb.Helper()
+	return openDB(tb, URL(tb))
+}
+
+// BunDB returns a *bun.DB on url through pgx's database/sql driver, in the simple query
+// protocol, with the PostgreSQL dialect. It is closed when the test ends.
+func BunDB(tb testing.TB, url string) *bun.DB {
+	tb.Helper()
+	db := bun.NewDB(openDB(tb, url), pgdialect.New())
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func openDB(tb testing.TB, url string) *sql.DB {
+	tb.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("pgtest: parsing the database URL: %v", err)
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	db := stdlib.OpenDB(*cfg)
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// schemaName turns a test name into a unique schema name: "jt_", the name lower-cased with
+// runs of other characters turned into one "_" and cut to maxNameBytes, "_", and 8 random hex
+// digits.
+func schemaName(testName string) string {
+	var b strings.Builder
+	b.WriteString("jt_")
+	underscore := true // no "_" right after the prefix
+	for _, r := range strings.ToLower(testName) {
+		if b.Len()-len("jt_") >= maxNameBytes {
+			break
+		}
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			underscore = false
+		} else if !underscore {
+			b.WriteByte('_')
+			underscore = true
+		}
+	}
+	if !underscore {
+		b.WriteByte('_')
+	}
+	var random [4]byte
+	_, _ = rand.Read(random[:]) // never fails
+	b.WriteString(hex.EncodeToString(random[:]))
+	return b.String()
+}
+
+func dropSchema(ctx context.Context, url, schema string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	return err
+}

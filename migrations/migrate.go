@@ -1,0 +1,244 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/migrate"
+)
+
+// placeholder is replaced, in every migration, by the quoted name of the target schema.
+const placeholder = "{{schema}}"
+
+// lockKeyPrefix prefixes the schema name in the key of the advisory lock, so that migrations of
+// different schemas do not wait for each other.
+const lockKeyPrefix = "journey-migrate:"
+
+//go:embed sql/*.up.sql
+var embedded embed.FS
+
+// fileRE matches the name of a migration file: a number, an underscore, a lower-case name.
+var fileRE = regexp.MustCompile(`^([0-9]+)_([a-z0-9_]+)\.up\.sql$`)
+
+// source is one migration: the statements of file NNNN_comment.up.sql, with placeholders.
+type source struct {
+	number  string // "0001"
+	comment string // "core"
+	sql     string
+}
+
+// name is the migration's name as Migrate reports it: "0001_core".
+func (s source) name() string { return s.number + "_" + s.comment }
+
+// Migrate brings schema up to date with the embedded migrations. It creates the schema if needed
+// and applies, in order, each migration not yet applied there, each in its own transaction.
+// Bun's bookkeeping tables live in the schema too (<schema>.bun_migrations and
+// <schema>.bun_migration_locks).
+//
+// The whole run holds a session-level advisory lock on a dedicated connection, keyed by the
+// schema name: when several processes start together, one applies the migrations while the
+// others wait, then find nothing left to do. db must therefore allow at least two open
+// connections.
+//
+// Migrate returns the names ("0001_core", ...) of the migrations this call applied: none if
+// the schema was up to date. A migration that fails is rolled back and not marked as applied;
+// Migrate returns the names of those applied before it, and the error. A nil logger discards
+// the log.
+func Migrate(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger) ([]string, error) {
+	sources, err := load(embedded)
+	if err != nil {
+		return nil, err
+	}
+	return run(ctx, db, schema, logger, sources)
+}
+
+// load reads the migrations in the sql directory of fsys, in order.
+func load(fsys fs.FS) ([]source, error) {
+	names, err := fs.Glob(fsys, "sql/*.up.sql")
+	if err != nil {
+		return nil, fmt.Errorf("listing migrations: %w", err)
+	}
+	seen := make(map[string]string)
+	var sources []source
+	for _, name := range names { // fs.Glob sorts its results
+		base := path.Base(name)
+		m := fileRE.FindStringSubmatch(base)
+		if m == nil {
+			return nil, fmt.Errorf("migration %s: the name must be NNNN_name.up.sql, with name in [a-z0-9_]", base)
+		}
+		if other, ok := seen[m[1]]; ok {
+			return nil, fmt.Errorf("migrations %s and %s have the same number", other, base)
+		}
+		seen[m[1]] = base
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, fmt.Errorf("reading migration %s: %w", base, err)
+		}
+		sources = append(sources, source{number: m[1], comment: m[2], sql: string(b)})
+	}
+	if len(sources) == 0 {
+		return nil, errors.New("no migrations found")
+	}
+	return sources, nil
+}
+
+// run applies the migrations in sources to schema, as Migrate describes.
+func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, sources []source) ([]string, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("service", "migrate", "schema", schema)
+	if err := validSchema(schema); err != nil {
+		return nil, err
+	}
+	if db.DB.Stats().MaxOpenConnections == 1 {
+		return nil, errors.New("migrating: the database allows one open connection, and migrating needs two " +
+			"(one holds the migration lock): raise SetMaxOpenConns")
+	}
+
+	unlock, err := lock(ctx, db, schema, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	quoted := pgx.Identifier{schema}.Sanitize()
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoted); err != nil {
+		return nil, fmt.Errorf("creating schema %s: %w", schema, err)
+	}
+
+	ms := migrate.NewMigrations()
+	for _, s := range sources {
+		ms.Add(migrate.Migration{
+			Name:    s.number,
+			Comment: s.comment,
+			Up:      up(s, quoted, logger),
+		})
+	}
+	migrator := migrate.NewMigrator(db, ms,
+		migrate.WithTableName(pgx.Identifier{schema, "bun_migrations"}.Sanitize()),
+		migrate.WithLocksTableName(pgx.Identifier{schema, "bun_migration_locks"}.Sanitize()),
+		migrate.WithMarkAppliedOnSuccess(true),
+	)
+	if err := migrator.Init(ctx); err != nil {
+		return nil, fmt.Errorf("creating the migration tables in schema %s: %w", schema, err)
+	}
+
+	group, err := migrator.Migrate(ctx)
+	var applied []string
+	if group != nil {
+		for _, m := range group.Migrations {
+			if m.IsApplied() { // not the one that failed: bun lists it too, unmarked
+				applied = append(applied, m.Name+"_"+m.Comment)
+			}
+		}
+	}
+	if err != nil {
+		return applied, fmt.Errorf("migrating schema %s: %w", schema, err)
+	}
+	if len(applied) == 0 {
+		logger.Debug("schema is up to date")
+	}
+	return applied, nil
+}
+
+// up returns the function that applies s: in one transaction, with search_path set to the
+// schema so that an unqualified name cannot land elsewhere.
+func up(s source, quotedSchema string, logger *slog.Logger) func(context.Context, *migrate.Migrator, *migrate.Migration) error {
+	return func(ctx context.Context, m *migrate.Migrator, _ *migrate.Migration) error {
+		began := time.Now()
+		// The statements go to database/sql directly: bun would read the ? of jsonb operators
+		// as placeholders. Without arguments, pgx sends them in the simple protocol, in which
+		// one Exec may hold many statements.
+		tx, err := m.DB().DB.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }() // a no-op after Commit
+		if _, err := tx.ExecContext(ctx, "SET LOCAL search_path TO "+quotedSchema+", public"); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, strings.ReplaceAll(s.sql, placeholder, quotedSchema)); err != nil {
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		logger.Info("applied migration", "migration", s.name(), "elapsed", time.Since(began).Round(time.Millisecond))
+		return nil
+	}
+}
+
+// lock takes the session-level advisory lock of schema on a connection of its own, waiting for
+// it if another process holds it. unlock releases it and returns the connection to the pool; if
+// the lock cannot be released, it closes the connection, which releases it too.
+func lock(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger) (unlock func(), err error) {
+	conn, err := db.DB.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrating schema %s: taking a connection for the migration lock: %w", schema, err)
+	}
+	key := lockKeyPrefix + schema
+	const keyExpr = "hashtextextended($1, 0)"
+
+	var locked bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock("+keyExpr+")", key).Scan(&locked); err != nil {
+		discard(conn)
+		return nil, fmt.Errorf("migrating schema %s: taking the migration lock: %w", schema, err)
+	}
+	if !locked {
+		logger.Info("waiting for another process to finish migrating")
+		began := time.Now()
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock("+keyExpr+")", key); err != nil {
+			discard(conn)
+			return nil, fmt.Errorf("migrating schema %s: waiting for the migration lock: %w", schema, err)
+		}
+		logger.Info("took the migration lock", "waited", time.Since(began).Round(time.Millisecond))
+	}
+
+	return func() {
+		// Release the lock even if ctx was cancelled: a lock left on a pooled connection would
+		// block every later migration of this schema.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		var released bool
+		err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock("+keyExpr+")", key).Scan(&released)
+		if err != nil || !released {
+			logger.Warn("releasing the migration lock failed; closing its connection instead", "error", err)
+			discard(conn)
+			return
+		}
+		_ = conn.Close()
+	}, nil
+}
+
+// discard closes conn's underlying connection instead of returning it to the pool.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
+
+// validSchema reports whether schema can be a PostgreSQL schema name for us.
+func validSchema(schema string) error {
+	switch {
+	case schema == "":
+		return errors.New("migrating: the schema name is empty")
+	case len(schema) > 63:
+		return fmt.Errorf("migrating: schema name %q is longer than PostgreSQL's 63 bytes", schema)
+	case strings.ContainsAny(schema, "?\x00"):
+		// bun reads ? in table names as placeholders.
+		return fmt.Errorf("migrating: schema name %q contains ? or NUL", schema)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package migrations_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"go.uber.org/goleak"
+
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/migrations"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.Runner{M: m})
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// tables returns the names of the tables in schema.
+func tables(t *testing.T, db *bun.DB, schema string) []string {
+	t.Helper()
+	var names []string
+	require.NoError(t, db.NewSelect().
+		ColumnExpr("table_name::text").
+		TableExpr("information_schema.tables").
+		Where("table_schema = ?", schema).
+		OrderExpr("1").
+		Scan(t.Context(), &names))
+	return names
+}
+
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t)
+	logger := testLogger(t)
+
+	const migrators = 3
+	dbs := make([]*bun.DB, migrators)
+	for i := range dbs {
+		dbs[i] = pgtest.BunDB(t, url)
+	}
+	applied := make([][]string, migrators)
+	errs := make([]error, migrators)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range migrators {
+		wg.Go(func() {
+			<-start
+			applied[i], errs[i] = migrations.Migrate(t.Context(), dbs[i], schema, logger.With("migrator", i))
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	appliers := 0
+	for i := range migrators {
+		require.NoError(t, errs[i], "migrator %d", i)
+		if len(applied[i]) > 0 {
+			appliers++
+			require.Contains(t, applied[i], "0001_core")
+		}
+	}
+	require.Equal(t, 1, appliers, "exactly one migrator applies the migrations: %q", applied)
+	require.Subset(t, tables(t, dbs[0], schema),
+		[]string{"executions", "values", "computations", "bun_migrations", "bun_migration_locks"})
+
+	again, err := migrations.Migrate(t.Context(), dbs[0], schema, logger)
+	require.NoError(t, err)
+	require.Empty(t, again, "a second run applies nothing")
+}
+
+func TestMigrateLocksPerSchema(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	busy, free := pgtest.Schema(t), pgtest.Schema(t)
+	logger := testLogger(t)
+	db := pgtest.BunDB(t, url)
+
+	// Hold the lock of schema busy, as a migrator in another process would.
+	holder, err := pgtest.DB(t).Conn(t.Context())
+	require.NoError(t, err)
+	defer holder.Close()
+	_, err = holder.ExecContext(t.Context(), "SELECT pg_advisory_lock(hashtextextended($1, 0))", "journey-migrate:"+busy)
+	require.NoError(t, err)
+
+	applied, err := migrations.Migrate(t.Context(), db, free, logger)
+	require.NoError(t, err, "another schema's lock does not block")
+	require.NotEmpty(t, applied)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = migrations.Migrate(ctx, db, busy, logger)
+	require.Error(t, err, "Migrate waits for the lock until its context ends")
+	require.Empty(t, tables(t, db, busy))
+
+	_, err = holder.ExecContext(t.Context(), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", "journey-migrate:"+busy)
+	require.NoError(t, err)
+	applied, err = migrations.Migrate(t.Context(), db, busy, logger)
+	require.NoError(t, err)
+	require.NotEmpty(t, applied)
+}
+
+func TestMigrateRejectsBadSchemaNames(t *testing.T) {
+	t.Parallel()
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	for _, schema := range []string{"", "what?", string(make([]byte, 64))} {
+		_, err := migrations.Migrate(t.Context(), db, schema, nil)
+		require.Error(t, err, "%q", schema)
+	}
+}
+
+func TestMigrateNeedsTwoConnections(t *testing.T) {
+	t.Parallel()
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	db.SetMaxOpenConns(1)
+	_, err := migrations.Migrate(t.Context(), db, pgtest.Schema(t), nil)
+	require.ErrorContains(t, err, "SetMaxOpenConns")
+}

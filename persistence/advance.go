@@ -1,0 +1,237 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/journey-go/journey/graph"
+)
+
+// execState is an execution loaded for writing: the caller holds its advisory lock and the lock on
+// its executions row until the transaction ends.
+type execState struct {
+	exec   Execution
+	g      *graph.Graph
+	now    time.Time
+	values graph.Values
+	latest map[string]*Computation // the newest attempt of each node
+
+	revision int64             // the revision to write back at the end
+	saved    []graph.SaveEvent // OnSave events to fire after commit
+	work     bool              // a computation became AVAILABLE: NOTIFY the dispatchers
+	changed  bool              // a value or a node's outcome changed: NOTIFY the waiters
+}
+
+type valueRow struct {
+	Node     string          `bun:"node"`
+	Value    json.RawMessage `bun:"value"`
+	Metadata json.RawMessage `bun:"metadata"`
+	Revision int64           `bun:"revision"`
+	SetAt    time.Time       `bun:"set_at"`
+}
+
+func (r valueRow) toValue() graph.Value {
+	return graph.Value{Raw: r.Value, Revision: r.Revision, SetAt: r.SetAt, Metadata: r.Metadata}
+}
+
+// load locks the execution and reads what advancing it needs.
+func (s *Store) load(ctx context.Context, tx bun.IDB, id string) (*execState, error) {
+	if err := s.lockExecution(ctx, tx, id); err != nil {
+		return nil, fmt.Errorf("locking execution %s: %w", id, err)
+	}
+	st := &execState{}
+	err := tx.NewRaw(s.q("SELECT * FROM {s}.executions WHERE id = ? FOR UPDATE"), id).Scan(ctx, &st.exec)
+	if isNoRows(err) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading execution %s: %w", id, err)
+	}
+	g, ok := s.Graph(st.exec.GraphName, st.exec.GraphVersion)
+	if !ok {
+		return nil, fmt.Errorf("%w: execution %s belongs to graph %q version %q, which this replica does not serve",
+			ErrUnknownGraph, id, st.exec.GraphName, st.exec.GraphVersion)
+	}
+	st.g = g
+	st.revision = st.exec.Revision
+	if st.now, err = s.now(ctx, tx); err != nil {
+		return nil, err
+	}
+	if st.values, err = s.values(ctx, tx, id); err != nil {
+		return nil, err
+	}
+	var latest []*Computation
+	err = tx.NewRaw(s.q(`SELECT DISTINCT ON (node) * FROM {s}.computations
+		WHERE execution_id = ? ORDER BY node, id DESC`), id).Scan(ctx, &latest)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("loading computations of %s: %w", id, err)
+	}
+	st.latest = make(map[string]*Computation, len(latest))
+	for _, c := range latest {
+		st.latest[c.Node] = c
+	}
+	return st, nil
+}
+
+func (s *Store) values(ctx context.Context, db bun.IDB, id string) (graph.Values, error) {
+	var rows []valueRow
+	err := db.NewRaw(s.q(`SELECT node, value, metadata, revision, set_at FROM {s}."values"
+		WHERE execution_id = ?`), id).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("loading values of %s: %w", id, err)
+	}
+	vals := make(graph.Values, len(rows))
+	for _, r := range rows {
+		vals[r.Node] = r.toValue()
+	}
+	return vals, nil
+}
+
+// upsertValue writes a node's value at revision rev unless it equals the stored one. It reports
+// whether anything changed; the caller owns the execution's revision.
+func (s *Store) upsertValue(ctx context.Context, tx bun.IDB, st *execState, node string, raw, meta json.RawMessage, rev int64) (bool, error) {
+	var metaArg any
+	if meta != nil {
+		metaArg = string(meta)
+	}
+	var rows []valueRow
+	err := tx.NewRaw(s.q(`INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
+		VALUES (?, ?, ?::jsonb, ?::jsonb, ?, ?)
+		ON CONFLICT (execution_id, node) DO UPDATE
+		SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
+		WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
+		RETURNING node, value, metadata, revision, set_at`),
+		st.exec.ID, node, string(raw), metaArg, rev, st.now).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return false, fmt.Errorf("writing value %q: %w", node, err)
+	}
+	if len(rows) == 0 {
+		return false, nil
+	}
+	st.values[node] = rows[0].toValue()
+	st.changed = true
+	if n, ok := st.g.Node(node); ok && (n.Settings().OnSave != nil || st.g.OnSave() != nil) {
+		st.saved = append(st.saved, graph.SaveEvent{
+			ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: node, Value: rows[0].toValue(),
+		})
+	}
+	return true, nil
+}
+
+func (s *Store) deleteValue(ctx context.Context, tx bun.IDB, st *execState, node string) error {
+	_, err := tx.NewRaw(s.q(`DELETE FROM {s}."values" WHERE execution_id = ? AND node = ?`), st.exec.ID, node).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("clearing value %q: %w", node, err)
+	}
+	delete(st.values, node)
+	st.changed = true
+	return nil
+}
+
+// advance evaluates every gate against the current values: it clears compute values whose gate no
+// longer holds (cascading), and creates a computation for each node whose gate holds and whose
+// upstream revisions differ from those of its newest attempt.
+func (s *Store) advance(ctx context.Context, tx bun.IDB, st *execState) error {
+	for again := true; again; {
+		again = false
+		for _, name := range st.g.Order() {
+			n, _ := st.g.Node(name)
+			if n.Kind() == graph.KindInput {
+				continue
+			}
+			if !n.Gate().Holds(st.values) {
+				if n.Kind() == graph.KindCompute && st.values.Has(name) {
+					st.revision++
+					if err := s.deleteValue(ctx, tx, st, name); err != nil {
+						return err
+					}
+					again = true
+				}
+				continue
+			}
+			latest := st.latest[name]
+			if latest != nil && latest.active() {
+				continue
+			}
+			sig := signature(Signature(n, st.values))
+			if latest != nil && parseSignature(latest.ComputedWith).equal(sig) {
+				if latest.failedForGood() {
+					continue // its attempts at these upstream revisions are used up
+				}
+				if latest.State == StateSuccess && (st.values.Has(name) || n.Kind() != graph.KindCompute) {
+					continue // up to date
+				}
+			}
+			c, err := s.insertComputation(ctx, tx, st, n, 1, sig, 0)
+			if err != nil {
+				return err
+			}
+			st.latest[name] = c
+		}
+	}
+	return nil
+}
+
+// insertComputation creates an attempt. It is AVAILABLE at once unless it must wait for delay.
+func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, attempt int, sig signature, delay time.Duration) (*Computation, error) {
+	set := n.Settings()
+	state := StateAvailable
+	runAt := st.now
+	if delay > 0 {
+		state = StatePending
+		runAt = st.now.Add(delay)
+	}
+	c := new(Computation)
+	err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
+		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+		 heartbeat_timeout_ms, computed_with, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?)
+		RETURNING *`),
+		st.exec.ID, GraphKey(st.exec.GraphName, st.exec.GraphVersion), n.Name(), state, attempt,
+		set.MaxAttempts, runAt, set.AbandonAfter.Milliseconds(), set.HeartbeatTimeout.Milliseconds(),
+		sig.String(), st.now).Scan(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("creating computation of %q: %w", n.Name(), err)
+	}
+	if state == StateAvailable {
+		st.work = true
+	}
+	return c, nil
+}
+
+// finish writes the execution's revision back and queues the notifications. The caller commits
+// and then calls fireSaved.
+func (s *Store) finish(ctx context.Context, tx bun.IDB, st *execState) error {
+	if st.revision != st.exec.Revision {
+		_, err := tx.NewRaw(s.q("UPDATE {s}.executions SET revision = ?, updated_at = ? WHERE id = ?"),
+			st.revision, st.now, st.exec.ID).Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("updating revision of %s: %w", st.exec.ID, err)
+		}
+	}
+	if st.changed {
+		if err := s.notify(ctx, tx, PayloadExecution+st.exec.ID); err != nil {
+			return err
+		}
+	}
+	if st.work {
+		if err := s.notify(ctx, tx, PayloadWork); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fireSaved hands the OnSave events of a committed transaction to the runtime.
+func (s *Store) fireSaved(st *execState) {
+	if s.onSave == nil || st == nil {
+		return
+	}
+	for _, e := range st.saved {
+		s.onSave(st.g, e)
+	}
+}

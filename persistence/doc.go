@@ -1,0 +1,20 @@
+// Package persistence is where all of journey-go's SQL lives. Nothing else in the project writes a
+// query.
+//
+// A Store wraps a bun.DB on pgx (simple protocol) and offers one method per operation: create an
+// execution, set values, claim computations, extend a heartbeat, complete or fail an attempt,
+// abandon expired attempts, promote pending ones. Every method that writes to an execution also
+// advances it (gates, new computations, invalidation) in the same transaction, serialised per
+// execution by a transaction-level advisory lock.
+//
+// Writes made on behalf of a running computation are fenced: they match only a row that is still
+// RUNNING under the same replica and claim token, so a computation that lost its claim can never
+// write.
+//
+// Lock order, which every transaction follows to stay free of deadlocks: computation rows first
+// (claims and sweeps lock them with SKIP LOCKED, a completion through its fenced UPDATE), then the
+// execution's advisory lock, then the executions row. Advancing never updates an existing
+// computation row that another transaction could hold.
+//
+// It may import graph and internal packages, never actors, sweeper or the root package.
+package persistence

@@ -1,0 +1,260 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
+)
+
+// Errors returned by the Store. The root package re-exports them.
+var (
+	// ErrNotFound means there is no such execution.
+	ErrNotFound = errors.New("journey: execution not found")
+	// ErrUnknownNode means the graph has no node of that name.
+	ErrUnknownNode = errors.New("journey: unknown node")
+	// ErrNotInput means only input nodes can be set or unset.
+	ErrNotInput = errors.New("journey: node is not an input")
+	// ErrUnknownGraph means the graph (name and version) is not registered on this replica.
+	ErrUnknownGraph = errors.New("journey: graph not registered")
+	// ErrClaimLost means a fenced write matched no row: the computation was abandoned, released or
+	// claimed elsewhere, and its result must be dropped.
+	ErrClaimLost = errors.New("journey: claim lost")
+)
+
+// Computation states.
+const (
+	StatePending   = "PENDING"
+	StateAvailable = "AVAILABLE"
+	StateRunning   = "RUNNING"
+	StateSuccess   = "SUCCESS"
+	StateFailed    = "FAILED"
+	StateAbandoned = "ABANDONED"
+	StateCanceled  = "CANCELED"
+)
+
+// Notification payloads sent on the store's channel. A payload of PayloadWork means new work is
+// available; PayloadExecution+id means a value or a node's outcome changed in that execution.
+const (
+	PayloadWork      = "w"
+	PayloadExecution = "x:"
+)
+
+// Config configures a Store.
+type Config struct {
+	// DB is the database, a bun.DB over pgx's stdlib driver.
+	DB *bun.DB
+	// Schema holds the tables. Default "journey".
+	Schema string
+	// Graphs are the graphs this replica serves.
+	Graphs []*graph.Graph
+	// Clock feeds `coalesce(?, now())`. Default clock.Real.
+	Clock clock.Clock
+	// Logger receives the store's logs. Default slog.Default().
+	Logger *slog.Logger
+	// OnSave is called after a commit for each saved value and each final failure. It must not
+	// block; the runtime hands the event to a goroutine of its own.
+	OnSave func(g *graph.Graph, e graph.SaveEvent)
+}
+
+// Store is the database layer of one replica.
+type Store struct {
+	db       *bun.DB
+	schema   string // raw name
+	quoted   string // quoted identifier, substituted for {s} in queries
+	channel  string
+	graphs   map[string]*graph.Graph
+	keys     []string
+	clock    clock.Clock
+	logger   *slog.Logger
+	onSave   func(g *graph.Graph, e graph.SaveEvent)
+	sweepKey string
+}
+
+// New returns a Store. It does not touch the database.
+func New(cfg Config) (*Store, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("persistence: Config.DB is nil")
+	}
+	schema := cfg.Schema
+	if schema == "" {
+		schema = "journey"
+	}
+	s := &Store{
+		db:       cfg.DB,
+		schema:   schema,
+		quoted:   pgx.Identifier{schema}.Sanitize(),
+		channel:  "journey:" + schema,
+		graphs:   make(map[string]*graph.Graph, len(cfg.Graphs)),
+		clock:    cfg.Clock,
+		logger:   cfg.Logger,
+		onSave:   cfg.OnSave,
+		sweepKey: "journey-sweep:" + schema,
+	}
+	if s.clock == nil {
+		s.clock = clock.Real{}
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	for _, g := range cfg.Graphs {
+		key := GraphKey(g.Name(), g.Version())
+		if _, dup := s.graphs[key]; dup {
+			return nil, fmt.Errorf("persistence: graph %q version %q registered twice", g.Name(), g.Version())
+		}
+		s.graphs[key] = g
+		s.keys = append(s.keys, key)
+	}
+	return s, nil
+}
+
+// GraphKey identifies a graph version in the computations table.
+func GraphKey(name, version string) string { return name + "@" + version }
+
+// Channel is the LISTEN/NOTIFY channel of this schema.
+func (s *Store) Channel() string { return s.channel }
+
+// Schema is the schema holding the tables.
+func (s *Store) Schema() string { return s.schema }
+
+// DB is the underlying database.
+func (s *Store) DB() *bun.DB { return s.db }
+
+// Graph returns a served graph by name and version.
+func (s *Store) Graph(name, version string) (*graph.Graph, bool) {
+	g, ok := s.graphs[GraphKey(name, version)]
+	return g, ok
+}
+
+// q substitutes the quoted schema for {s}.
+func (s *Store) q(query string) string { return strings.ReplaceAll(query, "{s}", s.quoted) }
+
+// now is the time of the current transaction: the database's now(), or the stubbed clock.
+func (s *Store) now(ctx context.Context, db bun.IDB) (time.Time, error) {
+	var t time.Time
+	err := db.NewRaw("SELECT coalesce(?::timestamptz, now())", s.clock.NowOrNil()).Scan(ctx, &t)
+	return t, err
+}
+
+// notify queues a NOTIFY, delivered at commit.
+func (s *Store) notify(ctx context.Context, tx bun.IDB, payload string) error {
+	_, err := tx.NewRaw("SELECT pg_notify(?, ?)", s.channel, payload).Exec(ctx)
+	return err
+}
+
+// lockExecution serialises writers of one execution for the rest of the transaction.
+func (s *Store) lockExecution(ctx context.Context, tx bun.IDB, id string) error {
+	_, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", s.schema+":"+id).Exec(ctx)
+	return err
+}
+
+// inTx runs fn in a transaction.
+func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {
+	return s.db.RunInTx(ctx, nil, fn)
+}
+
+// Execution is a row of the executions table.
+type Execution struct {
+	ID           string     `bun:"id"`
+	GraphName    string     `bun:"graph_name"`
+	GraphVersion string     `bun:"graph_version"`
+	Revision     int64      `bun:"revision"`
+	ArchivedAt   *time.Time `bun:"archived_at"`
+	CreatedAt    time.Time  `bun:"created_at"`
+	UpdatedAt    time.Time  `bun:"updated_at"`
+}
+
+// Computation is a row of the computations table: one attempt of one node.
+type Computation struct {
+	ID                 int64      `bun:"id"`
+	ExecutionID        string     `bun:"execution_id"`
+	GraphKey           string     `bun:"graph_key"`
+	Node               string     `bun:"node"`
+	State              string     `bun:"state"`
+	Attempt            int        `bun:"attempt"`
+	MaxAttempts        int        `bun:"max_attempts"`
+	ReplicaID          *string    `bun:"replica_id"`
+	ClaimToken         *string    `bun:"claim_token"`
+	RunAt              time.Time  `bun:"run_at"`
+	ClaimedAt          *time.Time `bun:"claimed_at"`
+	Deadline           *time.Time `bun:"deadline"`
+	HeartbeatDeadline  *time.Time `bun:"heartbeat_deadline"`
+	LastHeartbeatAt    *time.Time `bun:"last_heartbeat_at"`
+	AbandonAfterMS     int64      `bun:"abandon_after_ms"`
+	HeartbeatTimeoutMS int64      `bun:"heartbeat_timeout_ms"`
+	ComputedWith       string     `bun:"computed_with"`
+	Error              *string    `bun:"error"`
+	ConcurrencyKey     *string    `bun:"concurrency_key"`
+	CreatedAt          time.Time  `bun:"created_at"`
+	FinishedAt         *time.Time `bun:"finished_at"`
+}
+
+// active reports whether the attempt is still to run or running.
+func (c *Computation) active() bool {
+	return c.State == StatePending || c.State == StateAvailable || c.State == StateRunning
+}
+
+// failedForGood reports whether this attempt ended the node's budget: a failed or abandoned
+// attempt that no retry follows (the latest row of its node).
+func (c *Computation) failedForGood() bool {
+	return c.State == StateFailed || c.State == StateAbandoned
+}
+
+// signature is the upstream revisions a computation ran with.
+type signature map[string]int64
+
+func (sig signature) String() string {
+	b, _ := json.Marshal(sig) // map keys are sorted; a map of int64 always encodes
+	return string(b)
+}
+
+func parseSignature(s string) signature {
+	sig := signature{}
+	_ = json.Unmarshal([]byte(s), &sig) // written by us; an unreadable one compares unequal
+	return sig
+}
+
+func (sig signature) equal(other signature) bool {
+	if len(sig) != len(other) {
+		return false
+	}
+	for k, v := range sig {
+		if w, ok := other[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Signature returns the revisions of n's upstream nodes that are set in vals.
+func Signature(n graph.Node, vals graph.Values) map[string]int64 {
+	sig := signature{}
+	for _, up := range n.Upstream() {
+		if v, ok := vals[up]; ok {
+			sig[up] = v.Revision
+		}
+	}
+	return sig
+}
+
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+
+// GraphOf returns the graph and node a computation belongs to, if this replica serves it.
+func (s *Store) GraphOf(c *Computation) (*graph.Graph, graph.Node, bool) {
+	g, ok := s.graphs[c.GraphKey]
+	if !ok {
+		return nil, graph.Node{}, false
+	}
+	n, ok := g.Node(c.Node)
+	return g, n, ok
+}

@@ -1,0 +1,218 @@
+package journey
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/journey-go/journey/actors"
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/sweeper"
+)
+
+// onSaveTimeout bounds one OnSave callback.
+const onSaveTimeout = 30 * time.Second
+
+// Runtime is one replica of journey-go: it serves its graphs' executions, runs their
+// computations, and sweeps. Any number of replicas may share a database and schema.
+type Runtime struct {
+	cfg     Config
+	logger  *slog.Logger
+	pool    *pgxpool.Pool
+	ownPool bool
+	sqldb   *sql.DB
+	store   *persistence.Store
+	waiters *waiters
+
+	system     *actor.ActorSystem
+	dispatcher *actor.PID
+	listener   *actor.PID
+	sweeper    *actor.PID
+	cancelBase context.CancelFunc
+	running    sync.WaitGroup // computation goroutines
+	saves      sync.WaitGroup // OnSave callbacks
+
+	stopped  atomic.Bool
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// New connects to the database, migrates the schema (safe when several replicas start at once),
+// and starts this replica's actors: the dispatcher, the listener and the sweeper.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("journey: invalid config: %w", err)
+	}
+	r := &Runtime{
+		cfg:     cfg,
+		logger:  cfg.Logger.With("replica_id", cfg.ReplicaID),
+		waiters: newWaiters(),
+		pool:    cfg.Pool,
+	}
+	if r.pool == nil {
+		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("journey: parsing Config.DatabaseURL: %w", err)
+		}
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		if _, set := pcfg.ConnConfig.RuntimeParams["pool_max_conns"]; !set && pcfg.MaxConns < DefaultMaxConns {
+			pcfg.MaxConns = DefaultMaxConns
+		}
+		if r.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+			return nil, fmt.Errorf("journey: opening the pool: %w", err)
+		}
+		r.ownPool = true
+	}
+	if err := r.pool.Ping(ctx); err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: connecting to PostgreSQL: %w", err)
+	}
+	r.sqldb = stdlib.OpenDBFromPool(r.pool)
+	db := bun.NewDB(r.sqldb, pgdialect.New())
+	if !cfg.SkipMigrations {
+		if _, err := migrations.Migrate(ctx, db, cfg.Schema, r.logger); err != nil {
+			r.closePool()
+			return nil, fmt.Errorf("journey: migrating schema %q: %w", cfg.Schema, err)
+		}
+	}
+	store, err := persistence.New(persistence.Config{
+		DB: db, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger, OnSave: r.fireSave,
+	})
+	if err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: %w", err)
+	}
+	r.store = store
+	r.start()
+	r.logger.Info("journey runtime started", "schema", cfg.Schema, "graphs", len(cfg.Graphs), "max_workers", cfg.MaxWorkers)
+	return r, nil
+}
+
+func (r *Runtime) start() {
+	base, cancel := context.WithCancel(context.Background())
+	r.cancelBase = cancel
+	r.system = actors.NewSystem(r.logger)
+	root := r.system.Root
+	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
+		Store: r.store, ReplicaID: r.cfg.ReplicaID, MaxWorkers: r.cfg.MaxWorkers,
+		PollInterval: r.cfg.PollInterval, Logger: r.logger, Base: base, Running: &r.running, Hooks: r.cfg.Test.Hooks,
+	}))
+	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
+	connCfg := r.pool.Config().ConnConfig
+	r.listener = root.Spawn(actors.NewListener(actors.ListenerConfig{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, connCfg.Copy()) },
+		Channel: r.store.Channel(),
+		OnWork:  wake,
+		OnExecution: func(id string) {
+			r.waiters.wake(id)
+		},
+		OnReconnect: func() {
+			wake()
+			r.waiters.wakeAll()
+		},
+		Logger: r.logger,
+	}))
+	r.sweeper = root.Spawn(sweeper.New(sweeper.Config{
+		Store: r.store, Interval: r.cfg.SweepInterval, Logger: r.logger,
+	}).Props())
+}
+
+// fireSave runs the OnSave callbacks of a committed change, the node's first and then the
+// graph's, in a goroutine of their own.
+func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
+	n, _ := g.Node(e.Node)
+	fns := []func(context.Context, graph.SaveEvent){n.Settings().OnSave, g.OnSave()}
+	r.saves.Add(1)
+	go func() {
+		defer r.saves.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), onSaveTimeout)
+		defer cancel()
+		for _, fn := range fns {
+			if fn == nil {
+				continue
+			}
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						r.logger.Error("OnSave panicked", "execution_id", e.ExecutionID, "node", e.Node, "panic", p)
+					}
+				}()
+				fn(ctx, e)
+			}()
+		}
+	}()
+}
+
+// Stop stops the replica gracefully. It stops claiming, lets the running computations finish
+// until ctx ends, then releases what is left back to AVAILABLE, without consuming an attempt, so
+// that another replica takes it over at once. It then stops the actors and, if the runtime opened
+// the pool, closes it. Calls after the first return the first call's result.
+func (r *Runtime) Stop(ctx context.Context) error {
+	r.stopOnce.Do(func() { r.stopErr = r.stop(ctx) })
+	return r.stopErr
+}
+
+func (r *Runtime) stop(ctx context.Context) error {
+	r.stopped.Store(true)
+	var errs []error
+	res, err := r.system.Root.RequestFuture(r.dispatcher, actors.StopClaiming{}, 10*time.Second).Result()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("stopping the dispatcher: %w", err))
+	} else {
+		select {
+		case <-res.(<-chan struct{}):
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			n, err := r.store.Release(rctx, r.cfg.ReplicaID)
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("releasing running computations: %w", err))
+			}
+			r.logger.Info("released running computations to other replicas", "count", n)
+		}
+	}
+	r.cancelBase()
+	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.listener} {
+		if err := r.system.Root.PoisonFuture(pid).Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("stopping actor %s: %w", pid.Id, err))
+		}
+	}
+	r.running.Wait()
+	r.saves.Wait()
+	r.system.Shutdown()
+	r.closePool()
+	r.logger.Info("journey runtime stopped")
+	return errors.Join(errs...)
+}
+
+func (r *Runtime) closePool() {
+	if r.sqldb != nil {
+		_ = r.sqldb.Close()
+	}
+	if r.ownPool {
+		r.pool.Close()
+	}
+}
+
+func randomSuffix() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

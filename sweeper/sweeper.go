@@ -1,0 +1,111 @@
+// Package sweeper holds the sweeper actor. Any replica may sweep; each pass is single-flight
+// across replicas through a transaction-level advisory lock. A pass abandons RUNNING computations
+// past their deadline or heartbeat deadline (recording which), retries them or fails their node,
+// and promotes PENDING computations that are due. The decisions are made in SQL against the
+// Store's clock, so tests move an injected clock instead of sleeping.
+//
+// It may import graph, persistence and internal packages, never actors or the root package.
+package sweeper
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
+
+	"github.com/journey-go/journey/persistence"
+)
+
+// Defaults of the sweeper.
+const (
+	DefaultInterval  = 5 * time.Second
+	DefaultBatchSize = 100
+	passTimeout      = 30 * time.Second
+)
+
+// Config configures a Sweeper.
+type Config struct {
+	Store *persistence.Store
+	// Interval between passes. Default 5s.
+	Interval time.Duration
+	// BatchSize caps the rows abandoned per pass; a full batch is followed by another pass at once.
+	// Default 100.
+	BatchSize int
+	Logger    *slog.Logger
+}
+
+// Sweeper runs sweep passes.
+type Sweeper struct {
+	cfg    Config
+	logger *slog.Logger
+}
+
+// New returns a Sweeper with defaults filled in.
+func New(cfg Config) *Sweeper {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Sweeper{cfg: cfg, logger: cfg.Logger.With("service", "sweeper")}
+}
+
+// RunOnce runs one pass and logs what it did.
+func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) {
+	res, err := s.cfg.Store.Sweep(ctx, s.cfg.BatchSize)
+	if err != nil {
+		return res, err
+	}
+	for _, c := range res.Abandoned {
+		s.logger.Warn("computation abandoned", "execution_id", c.ExecutionID, "node", c.Node,
+			"computation_id", c.ID, "attempt", c.Attempt, "reason", *c.Error)
+	}
+	if res.Promoted > 0 {
+		s.logger.Debug("computations promoted", "count", res.Promoted)
+	}
+	return res, nil
+}
+
+type tick struct{}
+
+// Props returns the sweeper actor: it runs a pass every Interval, and at once again after a full
+// batch.
+func (s *Sweeper) Props() *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &sweeperActor{s: s} })
+}
+
+type sweeperActor struct {
+	s      *Sweeper
+	timers *scheduler.TimerScheduler
+	cancel scheduler.CancelFunc
+}
+
+// Receive implements actor.Actor.
+func (a *sweeperActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		a.timers = scheduler.NewTimerScheduler(ctx)
+		a.cancel = a.timers.SendOnce(a.s.cfg.Interval, ctx.Self(), tick{})
+	case tick:
+		pctx, cancel := context.WithTimeout(context.Background(), passTimeout)
+		res, err := a.s.RunOnce(pctx)
+		cancel()
+		next := a.s.cfg.Interval
+		if err != nil {
+			a.s.logger.Warn("sweep failed", "error", err)
+		} else if len(res.Abandoned) >= a.s.cfg.BatchSize {
+			next = 0
+		}
+		a.cancel = a.timers.SendOnce(next, ctx.Self(), tick{})
+	case *actor.Stopping, *actor.Restarting:
+		if a.cancel != nil {
+			a.cancel()
+		}
+	}
+}
