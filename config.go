@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -116,8 +115,8 @@ func (c Config) validate() error {
 	if c.MaxWorkers < 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))
 	}
-	if len(c.Schema) > 48 || strings.ContainsAny(c.Schema, "\x00") {
-		errs = append(errs, fmt.Errorf("Config.Schema %q is too long: use at most 48 bytes", c.Schema))
+	if len(c.Schema) > 63 {
+		errs = append(errs, fmt.Errorf("Config.Schema %q is too long: PostgreSQL names have at most 63 bytes", c.Schema))
 	}
 	return errors.Join(errs...)
 }

@@ -70,3 +70,63 @@ func onboardingGraph(t testing.TB) *graph.Graph {
 			}),
 	})
 }
+
+// waitFor polls cond until it holds or the test's patience runs out. It waits on database state
+// that no notification announces (such as an unchanged recomputation), never for a fixed time.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// countStates counts the attempts of node in each state.
+func countStates(t testing.TB, rt *journey.Runtime, id, node string) map[journey.ComputationState]int {
+	t.Helper()
+	comps, err := rt.Computations(context.Background(), id)
+	require.NoError(t, err)
+	out := map[journey.ComputationState]int{}
+	for _, c := range comps {
+		if c.Node == node {
+			out[c.State]++
+		}
+	}
+	return out
+}
+
+// attempts returns the attempts of node, oldest first.
+func attempts(t testing.TB, rt *journey.Runtime, id, node string) []journey.Computation {
+	t.Helper()
+	comps, err := rt.Computations(context.Background(), id)
+	require.NoError(t, err)
+	var out []journey.Computation
+	for _, c := range comps {
+		if c.Node == node {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// fastBackoff retries at once, so that retry tests don't wait for a sweep.
+func fastBackoff(int) time.Duration { return 0 }
+
+// waitIdle waits until no attempt of the execution is pending, available or running.
+func waitIdle(t testing.TB, rt *journey.Runtime, id string) {
+	t.Helper()
+	waitFor(t, "the execution to be idle", func() bool {
+		comps, err := rt.Computations(context.Background(), id)
+		require.NoError(t, err)
+		for _, c := range comps {
+			switch c.State {
+			case journey.StatePending, journey.StateAvailable, journey.StateRunning:
+				return false
+			}
+		}
+		return true
+	})
+}

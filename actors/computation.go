@@ -19,6 +19,9 @@ import (
 // writeTimeout bounds the transaction that records an attempt's outcome.
 const writeTimeout = 30 * time.Second
 
+// OutcomeDropped is the outcome of an attempt whose claim was lost: nothing was written.
+const OutcomeDropped = "claim lost: result dropped"
+
 // Hooks are test-only knobs. The zero value changes nothing.
 type Hooks struct {
 	// SuppressHeartbeat, when it returns true, makes the watchdog skip its write for c, as if the
@@ -26,6 +29,9 @@ type Hooks struct {
 	SuppressHeartbeat func(c *persistence.Computation) bool
 	// ComputationStarted is called from a computation's Started with its watchdog's PID.
 	ComputationStarted func(c *persistence.Computation, self, watchdog *actor.PID)
+	// ComputationFinished is called when a computation's function has returned and its outcome
+	// was recorded, or dropped ("claim lost: result dropped").
+	ComputationFinished func(c *persistence.Computation, outcome string)
 }
 
 // computationEnv is what every computation actor of a replica shares.
@@ -84,6 +90,9 @@ func (a *computation) Receive(ctx actor.Context) {
 		go func() {
 			defer a.env.running.Done()
 			reason := a.run(runCtx)
+			if h := a.env.hooks.ComputationFinished; h != nil {
+				h(a.c, reason)
+			}
 			system.Root.Send(self, finished{reason: reason})
 		}()
 	case finished:
@@ -157,7 +166,7 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 // the claim was released or reclaimed meanwhile.
 func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) string {
 	if a.lost.Load() {
-		return "claim lost: result dropped"
+		return OutcomeDropped
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
@@ -172,7 +181,7 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 	switch {
 	case errors.Is(err, persistence.ErrClaimLost):
 		a.logger.Info("result dropped: the claim was lost", "outcome", outcome)
-		return "claim lost: result dropped"
+		return OutcomeDropped
 	case err != nil:
 		a.logger.Error("recording the outcome failed; the sweeper will retry the attempt", "error", err, "outcome", outcome)
 		return "recording failed: " + err.Error()

@@ -2,7 +2,9 @@ package persistence
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,7 +96,7 @@ func New(cfg Config) (*Store, error) {
 		db:       cfg.DB,
 		schema:   schema,
 		quoted:   pgx.Identifier{schema}.Sanitize(),
-		channel:  "journey:" + schema,
+		channel:  channelName(schema),
 		graphs:   make(map[string]*graph.Graph, len(cfg.Graphs)),
 		clock:    cfg.Clock,
 		logger:   cfg.Logger,
@@ -257,4 +259,15 @@ func (s *Store) GraphOf(c *Computation) (*graph.Graph, graph.Node, bool) {
 	}
 	n, ok := g.Node(c.Node)
 	return g, n, ok
+}
+
+// channelName is the NOTIFY channel of a schema. Channel names are identifiers, at most 63 bytes:
+// a long schema name is shortened, with a hash of the whole name to keep it unique.
+func channelName(schema string) string {
+	name := "journey:" + schema
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(schema))
+	return name[:50] + ":" + hex.EncodeToString(sum[:6])
 }

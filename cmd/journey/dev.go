@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -102,7 +103,7 @@ func runCommand(env *environment, argv, extraEnv []string, sigs <-chan os.Signal
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, env.stdout, env.stderr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(env.stderr, "journey dev: %v\n", err)
-		if errors.Is(err, exec.ErrNotFound) {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return 127
 		}
 		return 126

@@ -367,6 +367,7 @@ func (c *Cluster) prepare(cmd *exec.Cmd) {
 	cmd.Dir = c.dir // the postgres user may not be allowed into the caller's directory
 	cmd.Env = serverEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	setPdeathsig(cmd.SysProcAttr, syscall.SIGTERM) // start overrides it for the server
 }
 
 // logTail returns the end of the server log.

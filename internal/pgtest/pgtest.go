@@ -27,6 +27,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -100,6 +101,15 @@ func URL(tb testing.TB) string {
 		tb.Fatal("pgtest: no test database: call pgtest.Main(m) from TestMain")
 	}
 	return *u
+}
+
+// BaseURL returns the URL of the test database, or "" if TestMain did not use Main or Runner.
+// It is for code that has no testing.TB, such as Example functions.
+func BaseURL() string {
+	if u := baseURL.Load(); u != nil {
+		return *u
+	}
+	return ""
 }
 
 // Schema returns a fresh, unique schema name, such as "jt_testfoo_bar_1a2b3c4d": at most 63
@@ -183,4 +193,26 @@ func dropSchema(ctx context.Context, url, schema string) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	return err
+}
+
+// Cluster starts a PostgreSQL cluster for this test alone and stops it when the test ends, for
+// tests that restart or stop the server. Most tests want Schema instead. The test is skipped if
+// the PostgreSQL server binaries are not installed.
+func Cluster(tb testing.TB) *devpg.Cluster {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	c, err := devpg.Start(ctx, slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if errors.Is(err, devpg.ErrNoBinaries) {
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatalf("pgtest: starting a cluster: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			tb.Errorf("pgtest: stopping the cluster: %v", err)
+		}
+	})
+	return c
 }

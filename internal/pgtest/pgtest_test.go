@@ -57,3 +57,11 @@ func TestSchemaIsDroppedAtCleanup(t *testing.T) {
 	})
 	require.False(t, exists(schema), "the cleanup drops the schema")
 }
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	c := Cluster(t)
+	require.NoError(t, BunDB(t, c.URL()).PingContext(t.Context()))
+	require.NoError(t, c.Restart(t.Context()))
+	require.NoError(t, BunDB(t, c.URL()).PingContext(t.Context()))
+}

@@ -1,0 +1,36 @@
+# The checks of journey-go. .ci/run runs the same targets.
+#
+#   make test     vet, then every test against one throwaway PostgreSQL
+#                 (or the database at TEST_DATABASE_URL, if set)
+#   make lint     gofmt, go vet and golangci-lint
+#   make bench    the benchmarks
+#   make example  the onboarding example
+
+GO ?= go
+# journey dev starts one PostgreSQL for the whole run, sets DATABASE_URL and TEST_DATABASE_URL,
+# and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
+WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
+
+.PHONY: test lint bench example
+
+test:
+	$(GO) vet ./...
+	$(WITH_DB) $(GO) test -race -count=1 -timeout 15m ./...
+
+lint:
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then \
+		echo "gofmt: these files need formatting (run gofmt -w .):"; echo "$$unformatted"; exit 1; \
+	fi
+	$(GO) vet ./...
+	@if command -v golangci-lint >/dev/null 2>&1; then \
+		echo golangci-lint run; golangci-lint run; \
+	else \
+		echo "golangci-lint is not installed; skipping it (see https://golangci-lint.run/welcome/install/)"; \
+	fi
+
+bench:
+	$(WITH_DB) $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+
+example:
+	$(GO) run ./examples/onboarding

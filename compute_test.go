@@ -1,0 +1,174 @@
+package journey_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/graph"
+)
+
+func TestChainRecomputes(t *testing.T) {
+	t.Parallel()
+	var bCalls, cCalls atomic.Int64
+	g := graph.MustNew("chain", "v1", []graph.Node{
+		graph.Input("a"),
+		graph.Compute("b", graph.Needs("a"), func(ctx context.Context, in graph.Values) (any, error) {
+			bCalls.Add(1)
+			return in.Int("a") / 10, nil
+		}),
+		graph.Compute("c", graph.Needs("b"), func(ctx context.Context, in graph.Values) (any, error) {
+			cCalls.Add(1)
+			return in.Int("b") * 2, nil
+		}),
+	})
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+
+	rev, err := rt.Set(ctx, ex.ID, "a", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rev)
+	c, err := rt.Get(ctx, ex.ID, "c", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, int64(0), c.Int())
+	b, err := rt.Get(ctx, ex.ID, "b")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), b.Revision, "b lands at 3: set 1, claim 2, completion 3")
+	require.Equal(t, int64(5), c.Revision, "c lands at 5")
+
+	// a changes, but b's result does not: b keeps its revision and c does not rerun.
+	_, err = rt.Set(ctx, ex.ID, "a", 5)
+	require.NoError(t, err)
+	waitFor(t, "b's second success", func() bool { return countStates(t, rt, ex.ID, "b")[journey.StateSuccess] == 2 })
+	b2, err := rt.Get(ctx, ex.ID, "b")
+	require.NoError(t, err)
+	require.Equal(t, b.Revision, b2.Revision, "an unchanged recomputation keeps its revision")
+	require.Equal(t, int64(2), bCalls.Load())
+	require.Equal(t, int64(1), cCalls.Load(), "c must not rerun when b did not change")
+	require.Len(t, attempts(t, rt, ex.ID, "c"), 1)
+
+	// a changes so that b does: c reruns.
+	_, err = rt.Set(ctx, ex.ID, "a", 25)
+	require.NoError(t, err)
+	c3, err := rt.Get(ctx, ex.ID, "c", journey.WaitNewerThan(c.Revision))
+	require.NoError(t, err)
+	require.Equal(t, int64(4), c3.Int())
+	require.Equal(t, int64(2), cCalls.Load())
+}
+
+func TestInvalidation(t *testing.T) {
+	t.Parallel()
+	echo := func(ctx context.Context, in graph.Values) (any, error) { return "computed", nil }
+	g := graph.MustNew("invalidation", "v1", []graph.Node{
+		graph.Input("a"),
+		graph.Input("b"),
+		graph.Input("flag"),
+		graph.Compute("either", graph.Or(graph.Provided("a"), graph.Provided("b")), echo),
+		graph.Compute("no_flag", graph.Not(graph.Provided("flag")), echo),
+		graph.Compute("after_either", graph.Needs("either"), echo),
+	})
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+
+	// not(provided(flag)) computes at start, and is cleared once flag is set.
+	_, err = rt.Get(ctx, ex.ID, "no_flag", journey.WaitAny())
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "flag", true)
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, ex.ID, "no_flag")
+	require.ErrorIs(t, err, journey.ErrNotSet, "no_flag is cleared in the same transaction as the set")
+
+	// or(a, b) holds while either is set; the cascade clears what depends on it.
+	_, err = rt.Set(ctx, ex.ID, "a", 1)
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, ex.ID, "after_either", journey.WaitAny())
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "b", 2)
+	require.NoError(t, err)
+	_, err = rt.Unset(ctx, ex.ID, "a")
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, ex.ID, "either")
+	require.NoError(t, err, "b still holds the or")
+	waitIdle(t, rt, ex.ID)
+	before, err := rt.Load(ctx, ex.ID)
+	require.NoError(t, err)
+	rev, err := rt.Unset(ctx, ex.ID, "b")
+	require.NoError(t, err)
+	require.Equal(t, before.Revision+3, rev, "one revision for the unset, one per cleared value")
+	vals, err := rt.Values(ctx, ex.ID)
+	require.NoError(t, err)
+	require.False(t, vals.Has("either"))
+	require.False(t, vals.Has("after_either"), "invalidation cascades")
+
+	// unsetting flag makes no_flag hold again: it recomputes.
+	_, err = rt.Unset(ctx, ex.ID, "flag")
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, ex.ID, "no_flag", journey.WaitAny())
+	require.NoError(t, err)
+}
+
+func TestRetries(t *testing.T) {
+	t.Parallel()
+	var always, flaky, permanent atomic.Int64
+	g := graph.MustNew("retries", "v1", []graph.Node{
+		graph.Input("go"),
+		graph.Compute("always", graph.Needs("go"), func(ctx context.Context, in graph.Values) (any, error) {
+			return nil, fmt.Errorf("boom %d", always.Add(1))
+		}, graph.MaxAttempts(2), graph.Backoff(fastBackoff)),
+		graph.Compute("flaky", graph.Needs("go"), func(ctx context.Context, in graph.Values) (any, error) {
+			if flaky.Add(1) == 1 {
+				return nil, errors.New("transient")
+			}
+			return "ok", nil
+		}, graph.Backoff(fastBackoff)),
+		graph.Compute("permanent", graph.Needs("go"), func(ctx context.Context, in graph.Values) (any, error) {
+			permanent.Add(1)
+			return nil, graph.Permanent(errors.New("bad input"))
+		}, graph.MaxAttempts(5), graph.Backoff(fastBackoff)),
+	})
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "go", true)
+	require.NoError(t, err)
+
+	_, err = rt.Get(ctx, ex.ID, "always", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
+	require.Contains(t, err.Error(), "boom 2")
+	require.Equal(t, int64(2), always.Load(), "MaxAttempts(2) runs exactly twice")
+	got := attempts(t, rt, ex.ID, "always")
+	require.Len(t, got, 2)
+	for i, c := range got {
+		require.Equal(t, i+1, c.Attempt)
+		require.Equal(t, journey.StateFailed, c.State)
+	}
+
+	v, err := rt.Get(ctx, ex.ID, "flaky", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, "ok", v.String())
+	require.Equal(t, int64(2), flaky.Load())
+
+	_, err = rt.Get(ctx, ex.ID, "permanent", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
+	require.Equal(t, int64(1), permanent.Load(), "a permanent error fails after one attempt")
+
+	// A fresh upstream value gives a fresh budget.
+	_, err = rt.Set(ctx, ex.ID, "go", "again")
+	require.NoError(t, err)
+	waitFor(t, "two more attempts of always", func() bool { return countStates(t, rt, ex.ID, "always")[journey.StateFailed] == 4 })
+	require.Equal(t, int64(4), always.Load())
+
+	summary, err := rt.Summarize(ctx, ex.ID)
+	require.NoError(t, err)
+	require.Contains(t, summary, "always attempt 2/2: FAILED (boom 4)")
+}

@@ -1,0 +1,70 @@
+// Package journey runs durable computation graphs on PostgreSQL. A graph, defined with package
+// graph, has input nodes that the application sets and compute nodes that run once their gate
+// holds. Every value is persisted as it is set or computed, and computations run on any replica
+// and survive crashes and redeploys.
+//
+// # Define a graph
+//
+//	var onboarding = graph.MustNew("onboarding", "v1", []graph.Node{
+//		graph.Input("name"),
+//		graph.Input("email"),
+//		graph.Compute("greeting", graph.Needs("name", "email"),
+//			func(ctx context.Context, in graph.Values) (any, error) {
+//				return "Welcome, " + in.String("name") + " at " + in.String("email"), nil
+//			}),
+//	})
+//
+// # Run it
+//
+// New connects, migrates the schema and starts this replica. Stop it when the program ends:
+//
+//	rt, err := journey.New(ctx, journey.Config{
+//		DatabaseURL: os.Getenv("DATABASE_URL"),
+//		Graphs:      []*graph.Graph{onboarding},
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer rt.Stop(context.Background())
+//
+// Start an execution, set its inputs, and read the computed value. Each change gets the next
+// revision of the execution; Get with WaitAny waits, woken by the database, until the value is
+// there:
+//
+//	ex, err := rt.Start(ctx, onboarding)
+//	rev, err := rt.Set(ctx, ex.ID, "name", "Mario")
+//	rev, err = rt.Set(ctx, ex.ID, "email", "mario@example.com")
+//	greeting, err := journey.GetAs[string](ctx, rt, ex.ID, "greeting", journey.WaitAny())
+//
+// Values, Computations and Summarize show what an execution holds, what ran, and what each
+// pending node waits for. Errors match the sentinels with errors.Is: ErrNotFound, ErrNotSet,
+// ErrComputationFailed and the others.
+//
+// # Replicas
+//
+// Any number of processes may run a Runtime on the same database and schema. Each is a replica:
+// it claims available computations of the graphs in its Config.Graphs, up to MaxWorkers at a
+// time, and any replica can set and read any execution. Stop is graceful: running computations
+// finish until its context ends, and what is left is released for another replica to take over
+// without losing an attempt.
+//
+// # Heartbeats and deadlines
+//
+// While a computation runs, a watchdog extends its heartbeat deadline every heartbeat interval
+// (graph.Heartbeat, default 10s with a 30s timeout). Its hard deadline is graph.AbandonAfter
+// (default 60s). Both are computed with the database's now(), so clock skew between replicas
+// cannot abandon live work.
+//
+// # The sweeper
+//
+// Every SweepInterval (default 5s) one replica at a time sweeps: it abandons running
+// computations past either deadline, with an audit reason, and retries them with backoff up to
+// graph.MaxAttempts (default 3), or fails the node; it also promotes retries that are due.
+//
+// # Fencing
+//
+// Each claim gets a fresh claim token. A computation's heartbeats, its completion and its value
+// write match only the row still running under its replica and token, so a computation that
+// lost its claim (abandoned, then retried elsewhere) can never write: its result is dropped and
+// its context cancelled.
+package journey

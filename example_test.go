@@ -1,0 +1,100 @@
+package journey_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+)
+
+func ExampleRuntime() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	g := graph.MustNew("onboarding", "v1", []graph.Node{
+		graph.Input("name"),
+		graph.Input("email"),
+		graph.Compute("greeting", graph.Needs("name", "email"),
+			func(ctx context.Context, in graph.Values) (any, error) {
+				return "Welcome, " + in.String("name") + " at " + in.String("email"), nil
+			}),
+	})
+
+	// An application passes its own database URL, and usually keeps the default schema.
+	url, schema, dropSchema := exampleDB()
+	defer dropSchema()
+	rt, err := journey.New(ctx, journey.Config{
+		DatabaseURL: url,
+		Schema:      schema,
+		Graphs:      []*graph.Graph{g},
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rt.Stop(context.Background())
+
+	ex, err := rt.Start(ctx, g)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	rev, err := rt.Set(ctx, ex.ID, "name", "Mario")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("name set at revision", rev)
+	rev, err = rt.Set(ctx, ex.ID, "email", "mario@example.com")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("email set at revision", rev)
+
+	// The greeting is computed by the runtime; Get waits for it.
+	v, err := rt.Get(ctx, ex.ID, "greeting", journey.WaitAny())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s (revision %d)\n", v.String(), v.Revision)
+	// Output:
+	// name set at revision 1
+	// email set at revision 2
+	// Welcome, Mario at mario@example.com (revision 4)
+}
+
+// exampleDB returns the test database of this package (see TestMain), a fresh schema name, and
+// a function that drops that schema. Examples get no testing.T, so they cannot use
+// pgtest.Schema.
+func exampleDB() (url, schema string, drop func()) {
+	url = pgtest.BaseURL()
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	schema = "jt_example_" + hex.EncodeToString(suffix[:])
+	return url, schema, func() {
+		db, err := sql.Open("pgx", url)
+		if err != nil {
+			fmt.Println("opening the database to drop the example schema:", err)
+			return
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			fmt.Println("dropping the example schema:", err)
+		}
+	}
+}
