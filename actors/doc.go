@@ -30,6 +30,8 @@ func NewSystem(logger *slog.Logger) *actor.ActorSystem {
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(levelFloor{logger.Handler(), slog.LevelWarn}).With("service", "protoactor")
 		}),
-		actor.WithDeadLetterThrottleInterval(time.Second),
+		// The dead-letter throttle holds a goroutine for one interval after each dead letter: keep it
+		// short, so that a stopped system leaves nothing behind for long.
+		actor.WithDeadLetterThrottleInterval(100*time.Millisecond),
 	)
 }
