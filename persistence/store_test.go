@@ -1,0 +1,179 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type bundle struct {
+	db    *bun.DB
+	store *Store
+	clock *clock.Stub
+	g     *graph.Graph
+}
+
+func testGraph(name string) *graph.Graph {
+	return graph.MustNew(name, "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil },
+			graph.MaxAttempts(2), graph.AbandonAfter(10*time.Second), graph.Heartbeat(time.Second, 3*time.Second),
+			graph.Backoff(func(int) time.Duration { return 0 })),
+	})
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	schema := pgtest.Schema(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	_, err := migrations.Migrate(context.Background(), db, schema, logger)
+	require.NoError(t, err)
+	b := &bundle{db: db, clock: clock.NewStub(time.Now()), g: testGraph("store")}
+	b.store, err = New(Config{DB: db, Schema: schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: logger})
+	require.NoError(t, err)
+	return b
+}
+
+// ready creates n executions whose computation of y is AVAILABLE.
+func (b *bundle) ready(t *testing.T, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		e, err := b.store.CreateExecution(context.Background(), b.g)
+		require.NoError(t, err)
+		_, err = b.store.SetValues(context.Background(), e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
+		require.NoError(t, err)
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+func (b *bundle) claimOne(t *testing.T, replica string) *Computation {
+	t.Helper()
+	got, err := b.store.Claim(context.Background(), replica, 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	return got[0]
+}
+
+func TestUngatedWorkIsAvailableAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.ready(t, 1)
+	comps, err := b.store.Computations(context.Background(), ids[0])
+	require.NoError(t, err)
+	require.Len(t, comps, 1)
+	require.Equal(t, StateAvailable, comps[0].State, "no sweep is needed before the first claim")
+}
+
+func TestConcurrentClaimsNeverOverlap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 60
+	ids := b.ready(t, n)
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	var wg sync.WaitGroup
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				got, err := b.store.Claim(context.Background(), string(rune('a'+r)), 5)
+				require.NoError(t, err)
+				if len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, c := range got {
+					_, dup := seen[c.ID]
+					require.False(t, dup, "computation %d claimed twice", c.ID)
+					seen[c.ID] = *c.ReplicaID
+					require.NotNil(t, c.ClaimToken)
+					require.NotNil(t, c.Deadline)
+					require.NotNil(t, c.HeartbeatDeadline)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, seen, n)
+	for _, id := range ids {
+		e, err := b.store.LoadExecution(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), e.Revision, "one revision for the set, one for the claim")
+	}
+}
+
+func TestFencedWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.ready(t, 1)
+	c := b.claimOne(t, "r1")
+
+	forged := *c
+	other := "00000000-0000-0000-0000-000000000000"
+	forged.ClaimToken = &other
+	require.ErrorIs(t, b.store.Complete(ctx, &forged, json.RawMessage(`1`), nil), ErrClaimLost, "a wrong token writes nothing")
+	alive, err := b.store.Heartbeat(ctx, "r1", []ClaimRef{forged.Ref()})
+	require.NoError(t, err)
+	require.False(t, alive[c.ID])
+	alive, err = b.store.Heartbeat(ctx, "r2", []ClaimRef{c.Ref()})
+	require.NoError(t, err)
+	require.False(t, alive[c.ID], "another replica's heartbeat matches nothing")
+	alive, err = b.store.Heartbeat(ctx, "r1", []ClaimRef{c.Ref()})
+	require.NoError(t, err)
+	require.True(t, alive[c.ID])
+
+	n, err := b.store.Release(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	again := b.claimOne(t, "r2")
+	require.Equal(t, c.ID, again.ID)
+	require.Equal(t, c.Attempt, again.Attempt, "a release consumes no attempt")
+	require.NotEqual(t, *c.ClaimToken, *again.ClaimToken, "each claim has a fresh token")
+
+	require.ErrorIs(t, b.store.Complete(ctx, c, json.RawMessage(`1`), nil), ErrClaimLost, "the released claim cannot write")
+	require.ErrorIs(t, b.store.Fail(ctx, c, context.Canceled), ErrClaimLost)
+	require.NoError(t, b.store.Complete(ctx, again, json.RawMessage(`42`), nil))
+	vals, err := b.store.Values(ctx, c.ExecutionID)
+	require.NoError(t, err)
+	require.Equal(t, int64(42), vals.Int("y"))
+	require.ErrorIs(t, b.store.Complete(ctx, again, json.RawMessage(`43`), nil), ErrClaimLost, "a completion writes once")
+}
+
+func TestSweepIsSingleFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", b.store.sweepKey).Exec(ctx)
+	require.NoError(t, err)
+
+	res, err := b.store.Sweep(ctx, 10)
+	require.NoError(t, err)
+	require.True(t, res.Skipped, "a pass runs on one replica at a time")
+	require.NoError(t, tx.Rollback())
+	res, err = b.store.Sweep(ctx, 10)
+	require.NoError(t, err)
+	require.False(t, res.Skipped)
+}

@@ -1,0 +1,195 @@
+package sweeper_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/sweeper"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const (
+	abandonAfter = 10 * time.Second
+	hbTimeout    = 3 * time.Second
+)
+
+type bundle struct {
+	store   *persistence.Store
+	clock   *clock.Stub
+	sweeper *sweeper.Sweeper
+	g       *graph.Graph
+	exec    string
+}
+
+func setup(t *testing.T, name string) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	schema := pgtest.Schema(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	_, err := migrations.Migrate(ctx, db, schema, logger)
+	require.NoError(t, err)
+	b := &bundle{clock: clock.NewStub(time.Now())}
+	b.g = graph.MustNew(name, "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil },
+			graph.MaxAttempts(2), graph.AbandonAfter(abandonAfter), graph.Heartbeat(time.Second, hbTimeout),
+			graph.Backoff(func(int) time.Duration { return 0 })),
+	})
+	b.store, err = persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: logger})
+	require.NoError(t, err)
+	b.sweeper = sweeper.New(sweeper.Config{Store: b.store, Logger: logger})
+	e, err := b.store.CreateExecution(ctx, b.g)
+	require.NoError(t, err)
+	_, err = b.store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
+	require.NoError(t, err)
+	b.exec = e.ID
+	return b
+}
+
+func (b *bundle) claim(t *testing.T) *persistence.Computation {
+	t.Helper()
+	got, err := b.store.Claim(context.Background(), "r1", 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	return got[0]
+}
+
+func (b *bundle) attempts(t *testing.T) []persistence.Computation {
+	t.Helper()
+	comps, err := b.store.Computations(context.Background(), b.exec)
+	require.NoError(t, err)
+	return comps
+}
+
+func TestAbandonsByEachDeadlineThenFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sweep")
+	ctx := context.Background()
+	b.claim(t)
+
+	b.clock.Advance(hbTimeout - time.Millisecond)
+	res, err := b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Abandoned, "nothing has expired yet")
+
+	b.clock.Advance(2 * time.Millisecond) // past the heartbeat deadline, not the hard deadline
+	res, err = b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	comps := b.attempts(t)
+	require.Len(t, comps, 2)
+	require.Equal(t, persistence.StateAbandoned, comps[0].State)
+	require.Equal(t, persistence.ReasonHeartbeat, *comps[0].Error)
+	require.Equal(t, persistence.StateAvailable, comps[1].State, "attempts remain: the next one is created")
+	require.Equal(t, 2, comps[1].Attempt)
+
+	// The second attempt heartbeats until its hard deadline passes.
+	c := b.claim(t)
+	for range 4 {
+		b.clock.Advance(hbTimeout - time.Second)
+		alive, err := b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
+		require.NoError(t, err)
+		require.True(t, alive[c.ID])
+		res, err = b.sweeper.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Empty(t, res.Abandoned, "a heartbeating attempt within its deadline stays")
+	}
+	b.clock.Advance(abandonAfter)
+	res, err = b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	comps = b.attempts(t)
+	require.Len(t, comps, 2, "attempts used up: no third attempt")
+	require.Equal(t, persistence.ReasonDeadline, *comps[1].Error)
+	ns, err := b.store.NodeState(ctx, b.exec, "y")
+	require.NoError(t, err)
+	require.True(t, ns.Failed())
+}
+
+func TestNeverOverwritesACompletedComputation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "completed")
+	ctx := context.Background()
+	c := b.claim(t)
+	require.NoError(t, b.store.Complete(ctx, c, json.RawMessage(`7`), nil))
+	b.clock.Advance(time.Hour)
+	res, err := b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Abandoned)
+	comps := b.attempts(t)
+	require.Len(t, comps, 1)
+	require.Equal(t, persistence.StateSuccess, comps[0].State)
+}
+
+func TestSkipsGraphsItDoesNotServe(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "served")
+	ctx := context.Background()
+	b.claim(t)
+	other, err := persistence.New(persistence.Config{
+		DB: b.store.DB(), Schema: b.store.Schema(), Clock: b.clock,
+		Graphs: []*graph.Graph{graph.MustNew("other", "v1", []graph.Node{graph.Input("a")})},
+	})
+	require.NoError(t, err)
+	b.clock.Advance(time.Hour)
+	res, err := sweeper.New(sweeper.Config{Store: other}).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Abandoned, "a replica that does not serve the graph leaves its rows alone")
+	require.Equal(t, persistence.StateRunning, b.attempts(t)[0].State)
+
+	res, err = b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1, "a replica that serves it abandons it")
+}
+
+func TestPromotesDueRetries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	schema := pgtest.Schema(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	_, err := migrations.Migrate(ctx, db, schema, logger)
+	require.NoError(t, err)
+	stub := clock.NewStub(time.Now())
+	g := graph.MustNew("backoff", "v1", []graph.Node{
+		graph.Compute("y", graph.Needs(), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil },
+			graph.Backoff(func(int) time.Duration { return time.Minute })),
+	})
+	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub, Logger: logger})
+	require.NoError(t, err)
+	e, err := store.CreateExecution(ctx, g)
+	require.NoError(t, err)
+	got, err := store.Claim(ctx, "r1", 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, store.Fail(ctx, got[0], context.DeadlineExceeded))
+
+	comps, err := store.Computations(ctx, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, persistence.StatePending, comps[1].State, "the retry waits for its backoff")
+	s := sweeper.New(sweeper.Config{Store: store, Logger: logger})
+	res, err := s.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Promoted)
+	stub.Advance(time.Minute)
+	res, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Promoted)
+	got, err = store.Claim(ctx, "r1", 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, 2, got[0].Attempt)
+}
