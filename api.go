@@ -330,6 +330,10 @@ func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
 	if len(comps) == 0 {
 		b.WriteString("  (none)\n")
 	}
+	latest := map[string]Computation{}
+	for _, c := range comps {
+		latest[c.Node] = c
+	}
 	b.WriteString("Waiting:\n")
 	waiting := 0
 	for _, n := range g.Nodes() {
@@ -337,10 +341,16 @@ func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
 			continue
 		}
 		waiting++
-		if unmet := n.Gate().Unmet(vals); unmet != "" {
+		c, ran := latest[n.Name()]
+		switch unmet := n.Gate().Unmet(vals); {
+		case unmet != "":
 			fmt.Fprintf(&b, "  %s: %s\n", n.Name(), unmet)
-		} else {
-			fmt.Fprintf(&b, "  %s: gate holds; computing\n", n.Name())
+		case ran && (c.State == StateFailed || c.State == StateAbandoned):
+			fmt.Fprintf(&b, "  %s: failed after %d attempt(s); Retry gives it a fresh budget\n", n.Name(), c.Attempt)
+		case ran:
+			fmt.Fprintf(&b, "  %s: gate holds; attempt %d is %s\n", n.Name(), c.Attempt, c.State)
+		default:
+			fmt.Fprintf(&b, "  %s: gate holds\n", n.Name())
 		}
 	}
 	if waiting == 0 {

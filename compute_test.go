@@ -172,3 +172,20 @@ func TestRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, summary, "always attempt 2/2: FAILED (boom 4)")
 }
+
+func TestSummarizeSaysWhatEachNodeWaitsFor(t *testing.T) {
+	t.Parallel()
+	g := onboardingGraph(t)
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "name", "Mario")
+	require.NoError(t, err)
+	s, err := rt.Summarize(ctx, ex.ID)
+	require.NoError(t, err)
+	require.Contains(t, s, `name = "Mario" (revision 1)`)
+	require.Contains(t, s, "greeting:")
+	require.Contains(t, s, `"email"`, "the greeting waits for email")
+	require.NotContains(t, s, `"name" is`, "name is provided")
+}

@@ -87,20 +87,20 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	var errs []error
 	if c.DatabaseURL == "" && c.Pool == nil {
-		errs = append(errs, errors.New("Config.DatabaseURL is empty: set it to a PostgreSQL URL, or set Config.Pool"))
+		errs = append(errs, errors.New("config: DatabaseURL is empty: set it to a PostgreSQL URL, or set Pool"))
 	}
 	if len(c.Graphs) == 0 {
-		errs = append(errs, errors.New("Config.Graphs is empty: register the graphs this replica serves"))
+		errs = append(errs, errors.New("config: Graphs is empty: register the graphs this replica serves"))
 	}
 	seen := map[string]bool{}
 	for i, g := range c.Graphs {
 		if g == nil {
-			errs = append(errs, fmt.Errorf("Config.Graphs[%d] is nil", i))
+			errs = append(errs, fmt.Errorf("config: Graphs[%d] is nil", i))
 			continue
 		}
 		key := persistence.GraphKey(g.Name(), g.Version())
 		if seen[key] {
-			errs = append(errs, fmt.Errorf("Config.Graphs: graph %q version %q is registered twice", g.Name(), g.Version()))
+			errs = append(errs, fmt.Errorf("config: Graphs: graph %q version %q is registered twice", g.Name(), g.Version()))
 		}
 		seen[key] = true
 	}
@@ -109,14 +109,14 @@ func (c Config) validate() error {
 		v    time.Duration
 	}{{"PollInterval", c.PollInterval}, {"SweepInterval", c.SweepInterval}} {
 		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("Config.%s is negative (%v): leave it zero for the default", d.name, d.v))
+			errs = append(errs, fmt.Errorf("config: %s is negative (%v): leave it zero for the default", d.name, d.v))
 		}
 	}
 	if c.MaxWorkers < 0 {
-		errs = append(errs, fmt.Errorf("Config.MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))
+		errs = append(errs, fmt.Errorf("config: MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))
 	}
 	if len(c.Schema) > 63 {
-		errs = append(errs, fmt.Errorf("Config.Schema %q is too long: PostgreSQL names have at most 63 bytes", c.Schema))
+		errs = append(errs, fmt.Errorf("config: Schema %q is too long: PostgreSQL names have at most 63 bytes", c.Schema))
 	}
 	return errors.Join(errs...)
 }

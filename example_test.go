@@ -43,7 +43,11 @@ func ExampleRuntime() {
 		fmt.Println(err)
 		return
 	}
-	defer rt.Stop(context.Background())
+	defer func() {
+		if err := rt.Stop(context.Background()); err != nil {
+			fmt.Println(err)
+		}
+	}()
 
 	ex, err := rt.Start(ctx, g)
 	if err != nil {

@@ -159,9 +159,9 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 func up(s source, quotedSchema string, logger *slog.Logger) func(context.Context, *migrate.Migrator, *migrate.Migration) error {
 	return func(ctx context.Context, m *migrate.Migrator, _ *migrate.Migration) error {
 		began := time.Now()
-		// The statements go to database/sql directly: bun would read the ? of jsonb operators
-		// as placeholders. Without arguments, pgx sends them in the simple protocol, in which
-		// one Exec may hold many statements.
+		// The statements go to database/sql verbatim. Without arguments, pgx sends them in the
+		// simple protocol, in which one Exec may hold many statements, whatever the query mode
+		// of db.
 		tx, err := m.DB().DB.BeginTx(ctx, nil)
 		if err != nil {
 			return err

@@ -37,7 +37,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 				ORDER BY id LIMIT ?
 				FOR UPDATE SKIP LOCKED)
 			RETURNING c.*`),
-			s.clock.NowOrNil(), replicaID, bun.In(s.keys), limit).Scan(ctx, &claimed)
+			s.clock.NowOrNil(), replicaID, bun.List(s.keys), limit).Scan(ctx, &claimed)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("claiming computations: %w", err)
 		}

@@ -77,7 +77,7 @@ func (s *Store) abandon(ctx context.Context, tx bun.Tx, now time.Time, limit int
 		ORDER BY execution_id, id
 		LIMIT ?
 		FOR UPDATE SKIP LOCKED`),
-		now, ReasonDeadline, ReasonHeartbeat, bun.In(s.keys), now, now, limit).Scan(ctx, &rows)
+		now, ReasonDeadline, ReasonHeartbeat, bun.List(s.keys), now, now, limit).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("finding expired computations: %w", err)
 	}

@@ -1,6 +1,8 @@
 -- The core tables of journey-go. {{schema}} is replaced by the quoted schema name.
+-- Idempotent: bun/migrate marks a migration applied after its transaction commits, so a crash
+-- in between runs it again.
 
-CREATE TABLE {{schema}}.executions (
+CREATE TABLE IF NOT EXISTS {{schema}}.executions (
     id            text        PRIMARY KEY,
     graph_name    text        NOT NULL,
     graph_version text        NOT NULL,
@@ -10,10 +12,10 @@ CREATE TABLE {{schema}}.executions (
     updated_at    timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE INDEX executions_graph_idx ON {{schema}}.executions (graph_name, graph_version, created_at);
+CREATE INDEX IF NOT EXISTS executions_graph_idx ON {{schema}}.executions (graph_name, graph_version, created_at);
 
 -- One row per execution and node: the node's current value.
-CREATE TABLE {{schema}}."values" (
+CREATE TABLE IF NOT EXISTS {{schema}}."values" (
     execution_id text        NOT NULL REFERENCES {{schema}}.executions (id) ON DELETE CASCADE,
     node         text        NOT NULL,
     value        jsonb       NOT NULL,
@@ -24,7 +26,7 @@ CREATE TABLE {{schema}}."values" (
 );
 
 -- One row per attempt of a computation.
-CREATE TABLE {{schema}}.computations (
+CREATE TABLE IF NOT EXISTS {{schema}}.computations (
     id                   bigserial   PRIMARY KEY,
     execution_id         text        NOT NULL REFERENCES {{schema}}.executions (id) ON DELETE CASCADE,
     graph_key            text        NOT NULL,
@@ -53,14 +55,14 @@ CREATE TABLE {{schema}}.computations (
 
 -- Partial indexes on the active states: a claim, a sweep or a promotion costs the same whether the
 -- table holds a thousand finished rows or ten million.
-CREATE INDEX computations_available_idx ON {{schema}}.computations (graph_key, id)
+CREATE INDEX IF NOT EXISTS computations_available_idx ON {{schema}}.computations (graph_key, id)
     WHERE state = 'AVAILABLE';
-CREATE INDEX computations_pending_idx ON {{schema}}.computations (run_at, id)
+CREATE INDEX IF NOT EXISTS computations_pending_idx ON {{schema}}.computations (run_at, id)
     WHERE state = 'PENDING';
-CREATE INDEX computations_running_deadline_idx ON {{schema}}.computations (deadline)
+CREATE INDEX IF NOT EXISTS computations_running_deadline_idx ON {{schema}}.computations (deadline)
     WHERE state = 'RUNNING';
-CREATE INDEX computations_running_heartbeat_idx ON {{schema}}.computations (heartbeat_deadline)
+CREATE INDEX IF NOT EXISTS computations_running_heartbeat_idx ON {{schema}}.computations (heartbeat_deadline)
     WHERE state = 'RUNNING';
-CREATE INDEX computations_running_replica_idx ON {{schema}}.computations (replica_id)
+CREATE INDEX IF NOT EXISTS computations_running_replica_idx ON {{schema}}.computations (replica_id)
     WHERE state = 'RUNNING';
-CREATE INDEX computations_execution_idx ON {{schema}}.computations (execution_id, node, id);
+CREATE INDEX IF NOT EXISTS computations_execution_idx ON {{schema}}.computations (execution_id, node, id);
