@@ -26,8 +26,12 @@ import (
 	"github.com/journey-go/journey/sweeper"
 )
 
-// onSaveTimeout bounds one OnSave callback.
-const onSaveTimeout = 30 * time.Second
+const (
+	// onSaveTimeout bounds one OnSave callback.
+	onSaveTimeout = 30 * time.Second
+	// stopGrace is how long Stop waits for functions to return once their contexts are canceled.
+	stopGrace = 5 * time.Second
+)
 
 // Runtime is one replica of journey-go: it serves its graphs' executions, runs their
 // computations, and sweeps. Any number of replicas may share a database and schema.
@@ -194,7 +198,10 @@ func (r *Runtime) stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stopping actor %s: %w", pid.Id, err))
 		}
 	}
-	r.running.Wait()
+	if !waitGroup(&r.running, stopGrace) {
+		r.logger.Warn("some computations ignore their context and have not returned; their results will be dropped",
+			"waited", stopGrace)
+	}
 	r.saves.Wait()
 	r.system.Shutdown()
 	r.closePool()
@@ -215,4 +222,19 @@ func randomSuffix() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// waitGroup waits for wg until timeout, and reports whether it finished.
+func waitGroup(wg *sync.WaitGroup, timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }

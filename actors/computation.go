@@ -36,12 +36,13 @@ type Hooks struct {
 
 // computationEnv is what every computation actor of a replica shares.
 type computationEnv struct {
-	store     *persistence.Store
-	replicaID string
-	logger    *slog.Logger
-	base      context.Context // the parent of every function's context
-	running   *sync.WaitGroup // the goroutines of the running functions
-	hooks     Hooks
+	store      *persistence.Store
+	replicaID  string
+	logger     *slog.Logger
+	base       context.Context // the parent of every function's context
+	running    *sync.WaitGroup // the goroutines of the running functions
+	heartbeats *actor.PID      // the heartbeat batcher
+	hooks      Hooks
 }
 
 // claimLost tells a computation that its claim is gone or can no longer be kept.

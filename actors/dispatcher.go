@@ -52,6 +52,7 @@ type pollTick struct{}
 
 type dispatcher struct {
 	cfg        DispatcherConfig
+	running    map[string]bool // the PIDs of the computation actors
 	env        *computationEnv
 	logger     *slog.Logger
 	cancelPoll scheduler.CancelFunc
@@ -77,14 +78,15 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
 		running: cfg.Running, hooks: cfg.Hooks}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &dispatcher{cfg: cfg, env: env, logger: logger, drained: make(chan struct{})}
+		return &dispatcher{cfg: cfg, env: env, logger: logger, drained: make(chan struct{}), running: map[string]bool{}}
 	}, actor.WithSupervisor(stopStrategy))
 }
 
 // Receive implements actor.Actor.
 func (d *dispatcher) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
+	switch msg := ctx.Message().(type) {
 	case *actor.Started:
+		d.env.heartbeats = ctx.Spawn(heartbeatsProps(d.cfg.Store, d.cfg.ReplicaID, d.cfg.Logger))
 		d.cancelPoll = scheduler.NewTimerScheduler(ctx).SendRepeatedly(d.cfg.PollInterval, d.cfg.PollInterval, ctx.Self(), pollTick{})
 		d.runOnce(ctx)
 	case Wake:
@@ -99,6 +101,7 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		}
 		d.runOnce(ctx)
 	case *actor.Terminated:
+		delete(d.running, msg.Who.Id)
 		d.checkDrained(ctx)
 		d.runOnce(ctx)
 	case StopClaiming:
@@ -111,7 +114,7 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 }
 
 func (d *dispatcher) checkDrained(ctx actor.Context) {
-	if d.draining && len(ctx.Children()) == 0 {
+	if d.draining && len(d.running) == 0 {
 		select {
 		case <-d.drained:
 		default:
@@ -122,7 +125,7 @@ func (d *dispatcher) checkDrained(ctx actor.Context) {
 
 // runOnce claims as many computations as there are free workers and spawns an actor for each.
 func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
-	running := len(ctx.Children())
+	running := len(d.running)
 	free := d.cfg.MaxWorkers - running
 	if d.draining || free <= 0 {
 		return ClaimResult{Running: running}
@@ -140,7 +143,7 @@ func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 			d.logger.Error("claimed a computation of an unknown graph", "graph", c.GraphKey, "node", c.Node)
 			continue
 		}
-		ctx.Spawn(computationProps(d.env, c, g, n))
+		d.running[ctx.Spawn(computationProps(d.env, c, g, n)).Id] = true
 	}
 	return ClaimResult{Claimed: len(claimed), Running: running + len(claimed)}
 }

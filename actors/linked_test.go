@@ -64,8 +64,10 @@ func setup(t *testing.T) *linked {
 
 	l.system = NewSystem(logger)
 	pids := make(chan [2]*actor.PID, 1)
+	beats := l.system.Root.Spawn(heartbeatsProps(l.store, "r1", logger))
 	env := &computationEnv{store: l.store, replicaID: "r1", logger: logger, base: context.Background(), running: l.running,
-		hooks: Hooks{ComputationStarted: func(_ *persistence.Computation, self, dog *actor.PID) { pids <- [2]*actor.PID{self, dog} }}}
+		heartbeats: beats,
+		hooks:      Hooks{ComputationStarted: func(_ *persistence.Computation, self, dog *actor.PID) { pids <- [2]*actor.PID{self, dog} }}}
 	_, n, _ := l.store.GraphOf(claimed[0])
 	l.system.Root.Spawn(computationProps(env, claimed[0], g, n))
 	p := <-pids
@@ -84,6 +86,7 @@ func setup(t *testing.T) *linked {
 	l.system.Root.Send(probe, l.dog)
 	t.Cleanup(func() {
 		_ = l.system.Root.PoisonFuture(probe).Wait()
+		_ = l.system.Root.PoisonFuture(beats).Wait()
 		l.running.Wait()
 		l.system.Shutdown()
 	})

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -46,13 +45,15 @@ func jitter(d time.Duration) time.Duration {
 
 // Receive implements actor.Actor.
 func (w *watchdog) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
+	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		w.timers = scheduler.NewTimerScheduler(ctx)
 		w.lastOK = time.Now()
 		w.schedule(ctx, jitter(w.interval))
 	case beat:
 		w.beat(ctx)
+	case beatResult:
+		w.handle(ctx, msg)
 	case *actor.Stopping, *actor.Restarting:
 		// protoactor timers are not tied to the actor's life.
 		if w.cancelNext != nil {
@@ -70,20 +71,21 @@ func (w *watchdog) beat(ctx actor.Context) {
 		w.schedule(ctx, jitter(w.interval))
 		return
 	}
-	dbctx, cancel := context.WithTimeout(context.Background(), w.interval)
-	alive, err := w.env.store.Heartbeat(dbctx, w.env.replicaID, []persistence.ClaimRef{w.c.Ref()})
-	cancel()
+	ctx.Send(w.env.heartbeats, beatRequest{ref: w.c.Ref(), replyTo: ctx.Self()})
+}
+
+func (w *watchdog) handle(ctx actor.Context, res beatResult) {
 	switch {
-	case err != nil:
+	case res.err != nil:
 		w.failures++
 		retry := min(w.interval/4<<w.failures, w.interval)
 		if time.Since(w.lastOK)+retry >= w.timeout {
-			ctx.Send(ctx.Parent(), claimLost{reason: fmt.Sprintf("heartbeat deadline can no longer be met: %v", err)})
+			ctx.Send(ctx.Parent(), claimLost{reason: fmt.Sprintf("heartbeat deadline can no longer be met: %v", res.err)})
 			return
 		}
-		w.logger.Warn("heartbeat failed; retrying", "error", err, "retry_in", retry)
+		w.logger.Warn("heartbeat failed; retrying", "error", res.err, "retry_in", retry)
 		w.schedule(ctx, retry)
-	case !alive[w.c.ID]:
+	case !res.alive:
 		ctx.Send(ctx.Parent(), claimLost{reason: "claim lost: the computation was abandoned or reclaimed"})
 	default:
 		w.lastOK, w.failures = time.Now(), 0
