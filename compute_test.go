@@ -189,3 +189,49 @@ func TestSummarizeSaysWhatEachNodeWaitsFor(t *testing.T) {
 	require.Contains(t, s, `"email"`, "the greeting waits for email")
 	require.NotContains(t, s, `"name" is`, "name is provided")
 }
+
+func TestOnSaveFiresOncePerOutcome(t *testing.T) {
+	t.Parallel()
+	events := make(chan graph.SaveEvent, 10)
+	record := func(ctx context.Context, e graph.SaveEvent) { events <- e }
+	var flaky atomic.Int64
+	g := graph.MustNew("onsave", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("flaky", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			if flaky.Add(1) < 3 {
+				return nil, errors.New("transient")
+			}
+			return "ok", nil
+		}, graph.OnSave(record), graph.Backoff(fastBackoff)),
+		graph.Compute("doomed", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return nil, errors.New("always")
+		}, graph.OnSave(record), graph.MaxAttempts(2), graph.Backoff(fastBackoff)),
+	})
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "x", 1)
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, ex.ID, "flaky", journey.WaitAny())
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, ex.ID, "doomed", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
+
+	got := map[string][]graph.SaveEvent{}
+	for range 2 {
+		select {
+		case e := <-events:
+			got[e.Node] = append(got[e.Node], e)
+		case <-ctx.Done():
+			t.Fatal("OnSave did not fire")
+		}
+	}
+	require.Len(t, got["flaky"], 1, "one success after transient failures")
+	require.NoError(t, got["flaky"][0].Err)
+	require.Equal(t, "ok", got["flaky"][0].Value.String())
+	require.Len(t, got["doomed"], 1, "one error after exhaustion")
+	require.ErrorContains(t, got["doomed"][0].Err, "always")
+	require.NoError(t, rt.Stop(ctx)) // waits for the callbacks: no third event may follow
+	require.Empty(t, events)
+}
