@@ -52,7 +52,7 @@ func TestDefaultBackoff(t *testing.T) {
 	} {
 		lo := time.Duration(float64(want) * 0.8)
 		hi := time.Duration(float64(want) * 1.2)
-		var minSeen, maxSeen time.Duration = hi, lo
+		minSeen, maxSeen := hi, lo
 		for range 200 {
 			d := DefaultBackoff(attempt)
 			require.GreaterOrEqual(t, d, lo, "attempt %d", attempt)
