@@ -358,3 +358,31 @@ func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// Replica is a replica that heartbeats in the runtime's schema.
+type Replica struct {
+	ID            string
+	LastHeartbeat time.Time
+	StartedAt     time.Time
+	// Graphs are the graphs it serves, as "name@version".
+	Graphs []string
+	// Stale is true when its heartbeat is older than its own ReplicaStaleAfter: its running work
+	// is being reclaimed.
+	Stale bool
+}
+
+// Replicas lists the replicas sharing the schema, with their last heartbeat, newest first.
+func (r *Runtime) Replicas(ctx context.Context) ([]Replica, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	rows, err := r.store.Replicas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Replica, len(rows))
+	for i, row := range rows {
+		out[i] = Replica{ID: row.ID, LastHeartbeat: row.LastHeartbeat, StartedAt: row.StartedAt, Graphs: row.Graphs, Stale: row.Stale}
+	}
+	return out, nil
+}

@@ -23,6 +23,10 @@ const (
 	DefaultMaxWorkers    = actors.DefaultMaxWorkers
 	DefaultPollInterval  = actors.DefaultPollInterval
 	DefaultSweepInterval = sweeper.DefaultInterval
+	// DefaultReplicaHeartbeatInterval is how often a replica writes its heartbeat row.
+	DefaultReplicaHeartbeatInterval = actors.DefaultReplicaHeartbeatInterval
+	// DefaultReplicaStaleAfter is how old a replica's heartbeat may get before its work is reclaimed.
+	DefaultReplicaStaleAfter = actors.DefaultReplicaStaleAfter
 	// DefaultMaxConns is the pool size when the runtime opens the pool itself and the URL does
 	// not set pool_max_conns.
 	DefaultMaxConns = 20
@@ -52,6 +56,15 @@ type Config struct {
 	// SweepInterval is the time between sweeper passes, which abandon computations past their
 	// deadlines and promote due retries. Default 5s.
 	SweepInterval time.Duration
+	// ReplicaHeartbeatInterval is how often this replica upserts its row in replica_heartbeats.
+	// The first heartbeat is written in New, before anything is claimed. While it fails, the
+	// replica claims nothing. Default 5s.
+	ReplicaHeartbeatInterval time.Duration
+	// ReplicaStaleAfter: the sweeper abandons the RUNNING computations of any replica whose
+	// heartbeat is older than this, or missing, and retries them elsewhere. It finds a dead process
+	// faster than the computations' own heartbeat timeouts. It must be more than twice
+	// ReplicaHeartbeatInterval. Default 20s.
+	ReplicaStaleAfter time.Duration
 	// Logger receives the runtime's logs. Default slog.Default().
 	Logger *slog.Logger
 	// SkipMigrations skips the schema migrations at New, for deployments that run
@@ -75,6 +88,8 @@ func (c Config) withDefaults() Config {
 	c.MaxWorkers = cmp.Or(c.MaxWorkers, DefaultMaxWorkers)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	c.ReplicaHeartbeatInterval = cmp.Or(c.ReplicaHeartbeatInterval, DefaultReplicaHeartbeatInterval)
+	c.ReplicaStaleAfter = cmp.Or(c.ReplicaStaleAfter, DefaultReplicaStaleAfter)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -107,10 +122,15 @@ func (c Config) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"PollInterval", c.PollInterval}, {"SweepInterval", c.SweepInterval}} {
+	}{{"PollInterval", c.PollInterval}, {"SweepInterval", c.SweepInterval},
+		{"ReplicaHeartbeatInterval", c.ReplicaHeartbeatInterval}, {"ReplicaStaleAfter", c.ReplicaStaleAfter}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative (%v): leave it zero for the default", d.name, d.v))
 		}
+	}
+	if c.ReplicaStaleAfter > 0 && c.ReplicaStaleAfter <= 2*c.ReplicaHeartbeatInterval {
+		errs = append(errs, fmt.Errorf("config: ReplicaStaleAfter (%v) must be more than twice ReplicaHeartbeatInterval (%v), or live replicas would be taken for dead",
+			c.ReplicaStaleAfter, c.ReplicaHeartbeatInterval))
 	}
 	if c.MaxWorkers < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))

@@ -48,6 +48,7 @@ type Runtime struct {
 	dispatcher *actor.PID
 	listener   *actor.PID
 	sweeper    *actor.PID
+	replica    *actor.PID
 	cancelBase context.CancelFunc
 	running    sync.WaitGroup // computation goroutines
 	saves      sync.WaitGroup // OnSave callbacks
@@ -104,6 +105,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.store = store
+	if err := store.ReplicaHeartbeat(ctx, cfg.ReplicaID, cfg.ReplicaStaleAfter); err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: %w", err)
+	}
 	r.start()
 	r.logger.Info("journey runtime started", "schema", cfg.Schema, "graphs", len(cfg.Graphs), "max_workers", cfg.MaxWorkers)
 	return r, nil
@@ -117,6 +122,10 @@ func (r *Runtime) start() {
 	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, MaxWorkers: r.cfg.MaxWorkers,
 		PollInterval: r.cfg.PollInterval, Logger: r.logger, Base: base, Running: &r.running, Hooks: r.cfg.Test.Hooks,
+	}))
+	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
+		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
+		StaleAfter: r.cfg.ReplicaStaleAfter, Dispatcher: r.dispatcher, Logger: r.logger,
 	}))
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
 	connCfg := r.pool.Config().ConnConfig
@@ -134,7 +143,7 @@ func (r *Runtime) start() {
 		Logger: r.logger,
 	}))
 	r.sweeper = root.Spawn(sweeper.New(sweeper.Config{
-		Store: r.store, Interval: r.cfg.SweepInterval, Logger: r.logger,
+		Store: r.store, Interval: r.cfg.SweepInterval, ReplicaStaleAfter: r.cfg.ReplicaStaleAfter, Logger: r.logger,
 	}).Props())
 }
 
@@ -166,8 +175,8 @@ func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 
 // Stop stops the replica gracefully. It stops claiming, lets the running computations finish
 // until ctx ends, then releases what is left back to AVAILABLE, without consuming an attempt, so
-// that another replica takes it over at once. It then stops the actors and, if the runtime opened
-// the pool, closes it. Calls after the first return the first call's result.
+// that another replica takes it over at once. It then stops the actors, deletes the replica's
+// heartbeat row and, if the runtime opened the pool, closes it. Calls after the first return the first call's result.
 func (r *Runtime) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() { r.stopErr = r.stop(ctx) })
 	return r.stopErr
@@ -193,11 +202,16 @@ func (r *Runtime) stop(ctx context.Context) error {
 		}
 	}
 	r.cancelBase()
-	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.listener} {
+	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.listener} {
 		if err := r.system.Root.PoisonFuture(pid).Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping actor %s: %w", pid.Id, err))
 		}
 	}
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := r.store.DeleteReplica(dctx, r.cfg.ReplicaID); err != nil {
+		errs = append(errs, err)
+	}
+	cancel()
 	if !waitGroup(&r.running, stopGrace) {
 		r.logger.Warn("some computations ignore their context and have not returned; their results will be dropped",
 			"waited", stopGrace)

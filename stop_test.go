@@ -81,3 +81,45 @@ func TestGracefulStopHandsOverRunningWork(t *testing.T) {
 	require.Equal(t, 1, got[0].Attempt, "the release consumed no attempt")
 	require.Equal(t, "taking-over", got[0].ReplicaID)
 }
+
+func TestReplicasHeartbeatAndLeave(t *testing.T) {
+	t.Parallel()
+	g := onboardingGraph(t)
+	cfg := testConfig(t, g)
+	cfg.ReplicaID = "staying"
+	a := newRuntime(t, cfg)
+	cfg.ReplicaID = "leaving"
+	b, err := journey.New(context.Background(), cfg)
+	require.NoError(t, err)
+	ctx := testCtx(t)
+
+	replicas, err := a.Replicas(ctx)
+	require.NoError(t, err)
+	ids := map[string]journey.Replica{}
+	for _, r := range replicas {
+		ids[r.ID] = r
+	}
+	require.Len(t, ids, 2, "each replica writes its heartbeat at New")
+	require.False(t, ids["leaving"].Stale)
+	require.Equal(t, []string{"onboarding@v1"}, ids["leaving"].Graphs)
+
+	require.NoError(t, b.Stop(ctx))
+	replicas, err = a.Replicas(ctx)
+	require.NoError(t, err)
+	require.Len(t, replicas, 1, "a graceful stop deletes the replica's row")
+	require.Equal(t, "staying", replicas[0].ID)
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	g := onboardingGraph(t)
+	cfg := testConfig(t, g)
+	cfg.ReplicaHeartbeatInterval = time.Second
+	cfg.ReplicaStaleAfter = 1500 * time.Millisecond
+	cfg.MaxWorkers = -1
+	_, err := journey.New(context.Background(), cfg)
+	require.ErrorContains(t, err, "ReplicaStaleAfter")
+	require.ErrorContains(t, err, "MaxWorkers")
+	_, err = journey.New(context.Background(), journey.Config{Graphs: []*graph.Graph{g}})
+	require.ErrorContains(t, err, "DatabaseURL")
+}

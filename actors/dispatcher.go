@@ -57,6 +57,7 @@ type dispatcher struct {
 	logger     *slog.Logger
 	cancelPoll scheduler.CancelFunc
 	draining   bool
+	paused     bool // the replica heartbeat is failing
 	drained    chan struct{}
 }
 
@@ -104,6 +105,11 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		delete(d.running, msg.Who.Id)
 		d.checkDrained(ctx)
 		d.runOnce(ctx)
+	case Pause:
+		d.paused = true
+	case Resume:
+		d.paused = false
+		d.runOnce(ctx)
 	case StopClaiming:
 		d.draining = true
 		d.checkDrained(ctx)
@@ -127,7 +133,7 @@ func (d *dispatcher) checkDrained(ctx actor.Context) {
 func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 	running := len(d.running)
 	free := d.cfg.MaxWorkers - running
-	if d.draining || free <= 0 {
+	if d.draining || d.paused || free <= 0 {
 		return ClaimResult{Running: running}
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), claimTimeout)

@@ -138,7 +138,7 @@ func TestLostClaimCancelsTheComputation(t *testing.T) {
 	t.Parallel()
 	l := setup(t)
 	l.clock.Advance(2 * time.Minute) // past both deadlines: the sweep abandons the attempt
-	res, err := l.store.Sweep(context.Background(), 10)
+	res, err := l.store.Sweep(context.Background(), persistence.SweepOptions{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, res.Abandoned, 1)
 	// The watchdog's next heartbeat matches no row: it cancels the computation.

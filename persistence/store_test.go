@@ -169,11 +169,11 @@ func TestSweepIsSingleFlight(t *testing.T) {
 	_, err = tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", b.store.sweepKey).Exec(ctx)
 	require.NoError(t, err)
 
-	res, err := b.store.Sweep(ctx, 10)
+	res, err := b.store.Sweep(ctx, SweepOptions{Limit: 10})
 	require.NoError(t, err)
 	require.True(t, res.Skipped, "a pass runs on one replica at a time")
 	require.NoError(t, tx.Rollback())
-	res, err = b.store.Sweep(ctx, 10)
+	res, err = b.store.Sweep(ctx, SweepOptions{Limit: 10})
 	require.NoError(t, err)
 	require.False(t, res.Skipped)
 }

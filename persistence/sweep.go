@@ -26,6 +26,19 @@ type SweepResult struct {
 	Abandoned []*Computation
 	// Promoted counts the PENDING computations made AVAILABLE.
 	Promoted int
+	// Pruned counts the rows of long-gone replicas deleted.
+	Pruned int
+}
+
+// SweepOptions configure a sweep pass.
+type SweepOptions struct {
+	// Limit caps the attempts abandoned in one pass.
+	Limit int
+	// ReplicaStaleAfter: the RUNNING attempts of a replica whose heartbeat row is older, or
+	// missing, are abandoned. Zero disables the check.
+	ReplicaStaleAfter time.Duration
+	// ReplicaRetention: the rows of replicas silent for longer are deleted. Zero keeps them.
+	ReplicaRetention time.Duration
 }
 
 type expired struct {
@@ -33,10 +46,16 @@ type expired struct {
 	Reason string `bun:"reason"`
 }
 
-// Sweep runs one pass, single-flight across replicas: it abandons up to limit RUNNING attempts
-// of the served graphs that are past their deadline or heartbeat deadline, retries them or fails
-// their node, and promotes PENDING attempts whose run_at has passed.
-func (s *Store) Sweep(ctx context.Context, limit int) (SweepResult, error) {
+// ReasonReplica is the audit reason of an attempt abandoned because its replica went silent.
+func ReasonReplica(replicaID string) string {
+	return "abandoned: replica " + replicaID + " stopped heartbeating"
+}
+
+// Sweep runs one pass, single-flight across replicas. It abandons RUNNING attempts of the served
+// graphs that are past their deadline or heartbeat deadline, or whose replica stopped
+// heartbeating, and retries them or fails their node; it promotes PENDING attempts whose run_at
+// has passed; and it prunes the rows of long-gone replicas.
+func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, error) {
 	var res SweepResult
 	var states []*execState
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
@@ -54,9 +73,18 @@ func (s *Store) Sweep(ctx context.Context, limit int) (SweepResult, error) {
 			return err
 		}
 		if len(s.keys) > 0 {
-			if err := s.abandon(ctx, tx, now, limit, &res, &states); err != nil {
+			if err := s.abandon(ctx, tx, now, opts, &res, &states); err != nil {
 				return err
 			}
+		}
+		if opts.ReplicaRetention > 0 {
+			r, err := tx.NewRaw(s.q("DELETE FROM {s}.replica_heartbeats WHERE last_heartbeat < ?"),
+				now.Add(-opts.ReplicaRetention)).Exec(ctx)
+			if err != nil {
+				return fmt.Errorf("pruning replica heartbeats: %w", err)
+			}
+			n, _ := r.RowsAffected()
+			res.Pruned = int(n)
 		}
 		return s.promote(ctx, tx, now, &res)
 	})
@@ -69,24 +97,34 @@ func (s *Store) Sweep(ctx context.Context, limit int) (SweepResult, error) {
 	return res, nil
 }
 
-func (s *Store) abandon(ctx context.Context, tx bun.Tx, now time.Time, limit int, res *SweepResult, states *[]*execState) error {
+func (s *Store) abandon(ctx context.Context, tx bun.Tx, now time.Time, opts SweepOptions, res *SweepResult, states *[]*execState) error {
+	checkReplicas := opts.ReplicaStaleAfter > 0
 	var rows []*expired
-	err := tx.NewRaw(s.q(`SELECT *, CASE WHEN deadline <= ? THEN ? ELSE ? END AS reason
-		FROM {s}.computations
-		WHERE state = 'RUNNING' AND graph_key IN (?) AND (deadline <= ? OR heartbeat_deadline <= ?)
-		ORDER BY execution_id, id
+	err := tx.NewRaw(s.q(`WITH live AS (
+			SELECT replica_id FROM {s}.replica_heartbeats WHERE last_heartbeat >= ?)
+		SELECT c.*, CASE
+				WHEN c.deadline <= ? THEN ?
+				WHEN ? AND c.replica_id NOT IN (SELECT replica_id FROM live)
+					THEN 'abandoned: replica ' || c.replica_id || ' stopped heartbeating'
+				ELSE ? END AS reason
+		FROM {s}.computations c
+		WHERE c.state = 'RUNNING' AND c.graph_key IN (?)
+			AND (c.deadline <= ? OR c.heartbeat_deadline <= ?
+				OR (? AND c.replica_id NOT IN (SELECT replica_id FROM live)))
+		ORDER BY c.execution_id, c.id
 		LIMIT ?
-		FOR UPDATE SKIP LOCKED`),
-		now, ReasonDeadline, ReasonHeartbeat, bun.List(s.keys), now, now, limit).Scan(ctx, &rows)
+		FOR UPDATE OF c SKIP LOCKED`),
+		now.Add(-opts.ReplicaStaleAfter), now, ReasonDeadline, checkReplicas, ReasonHeartbeat,
+		bun.List(s.keys), now, now, checkReplicas, opts.Limit).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("finding expired computations: %w", err)
 	}
 	for _, row := range rows {
 		c := &row.Computation
-		// Guarded by state and horizon: a row that completed or was extended meanwhile stays as it is.
+		// Guarded by state and claim: a row completed or released meanwhile stays as it is.
 		r, err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'ABANDONED', error = ?, finished_at = ?
-			WHERE id = ? AND state = 'RUNNING' AND (deadline <= ? OR heartbeat_deadline <= ?)`),
-			row.Reason, now, c.ID, now, now).Exec(ctx)
+			WHERE id = ? AND state = 'RUNNING' AND claim_token = ?::uuid`),
+			row.Reason, now, c.ID, c.ClaimToken).Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("abandoning computation %d: %w", c.ID, err)
 		}

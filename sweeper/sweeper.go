@@ -1,7 +1,8 @@
 // Package sweeper holds the sweeper actor. Any replica may sweep; each pass is single-flight
 // across replicas through a transaction-level advisory lock. A pass abandons RUNNING computations
-// past their deadline or heartbeat deadline (recording which), retries them or fails their node,
-// and promotes PENDING computations that are due. The decisions are made in SQL against the
+// past their deadline or heartbeat deadline, or held by a replica that stopped heartbeating
+// (recording which), retries them or fails their node, promotes PENDING computations that are
+// due, and prunes the heartbeat rows of long-gone replicas. The decisions are made in SQL against the
 // Store's clock, so tests move an injected clock instead of sleeping.
 //
 // It may import graph, persistence and internal packages, never actors or the root package.
@@ -20,9 +21,11 @@ import (
 
 // Defaults of the sweeper.
 const (
-	DefaultInterval  = 5 * time.Second
-	DefaultBatchSize = 100
-	passTimeout      = 30 * time.Second
+	DefaultInterval          = 5 * time.Second
+	DefaultBatchSize         = 100
+	DefaultReplicaStaleAfter = 20 * time.Second
+	DefaultReplicaRetention  = 24 * time.Hour
+	passTimeout              = 30 * time.Second
 )
 
 // Config configures a Sweeper.
@@ -33,7 +36,12 @@ type Config struct {
 	// BatchSize caps the rows abandoned per pass; a full batch is followed by another pass at once.
 	// Default 100.
 	BatchSize int
-	Logger    *slog.Logger
+	// ReplicaStaleAfter: the RUNNING attempts of a replica whose heartbeat is older, or missing,
+	// are abandoned. Default 20s.
+	ReplicaStaleAfter time.Duration
+	// ReplicaRetention: the heartbeat rows of replicas silent for longer are deleted. Default 24h.
+	ReplicaRetention time.Duration
+	Logger           *slog.Logger
 }
 
 // Sweeper runs sweep passes.
@@ -50,6 +58,12 @@ func New(cfg Config) *Sweeper {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultBatchSize
 	}
+	if cfg.ReplicaStaleAfter <= 0 {
+		cfg.ReplicaStaleAfter = DefaultReplicaStaleAfter
+	}
+	if cfg.ReplicaRetention <= 0 {
+		cfg.ReplicaRetention = DefaultReplicaRetention
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -58,7 +72,9 @@ func New(cfg Config) *Sweeper {
 
 // RunOnce runs one pass and logs what it did.
 func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) {
-	res, err := s.cfg.Store.Sweep(ctx, s.cfg.BatchSize)
+	res, err := s.cfg.Store.Sweep(ctx, persistence.SweepOptions{
+		Limit: s.cfg.BatchSize, ReplicaStaleAfter: s.cfg.ReplicaStaleAfter, ReplicaRetention: s.cfg.ReplicaRetention,
+	})
 	if err != nil {
 		return res, err
 	}
@@ -68,6 +84,9 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 	}
 	if res.Promoted > 0 {
 		s.logger.Debug("computations promoted", "count", res.Promoted)
+	}
+	if res.Pruned > 0 {
+		s.logger.Info("heartbeat rows of long-gone replicas pruned", "count", res.Pruned)
 	}
 	return res, nil
 }

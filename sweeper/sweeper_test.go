@@ -59,8 +59,15 @@ func setup(t *testing.T, name string) *bundle {
 	return b
 }
 
+// alive writes replica r1's heartbeat at the current time of the clock.
+func (b *bundle) alive(t *testing.T) {
+	t.Helper()
+	require.NoError(t, b.store.ReplicaHeartbeat(context.Background(), "r1", sweeper.DefaultReplicaStaleAfter))
+}
+
 func (b *bundle) claim(t *testing.T) *persistence.Computation {
 	t.Helper()
+	b.alive(t)
 	got, err := b.store.Claim(context.Background(), "r1", 10)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
@@ -81,11 +88,13 @@ func TestAbandonsByEachDeadlineThenFails(t *testing.T) {
 	b.claim(t)
 
 	b.clock.Advance(hbTimeout - time.Millisecond)
+	b.alive(t)
 	res, err := b.sweeper.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, res.Abandoned, "nothing has expired yet")
 
 	b.clock.Advance(2 * time.Millisecond) // past the heartbeat deadline, not the hard deadline
+	b.alive(t)
 	res, err = b.sweeper.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Len(t, res.Abandoned, 1)
@@ -103,11 +112,13 @@ func TestAbandonsByEachDeadlineThenFails(t *testing.T) {
 		alive, err := b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
 		require.NoError(t, err)
 		require.True(t, alive[c.ID])
+		b.alive(t)
 		res, err = b.sweeper.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Empty(t, res.Abandoned, "a heartbeating attempt within its deadline stays")
 	}
 	b.clock.Advance(abandonAfter)
+	b.alive(t)
 	res, err = b.sweeper.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Len(t, res.Abandoned, 1)
@@ -126,6 +137,7 @@ func TestNeverOverwritesACompletedComputation(t *testing.T) {
 	c := b.claim(t)
 	require.NoError(t, b.store.Complete(ctx, c, json.RawMessage(`7`), nil))
 	b.clock.Advance(time.Hour)
+	b.alive(t)
 	res, err := b.sweeper.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, res.Abandoned)
@@ -145,6 +157,7 @@ func TestSkipsGraphsItDoesNotServe(t *testing.T) {
 	})
 	require.NoError(t, err)
 	b.clock.Advance(time.Hour)
+	b.alive(t)
 	res, err := sweeper.New(sweeper.Config{Store: other}).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, res.Abandoned, "a replica that does not serve the graph leaves its rows alone")
@@ -192,4 +205,51 @@ func TestPromotesDueRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, 2, got[0].Attempt)
+}
+
+func TestAbandonsTheWorkOfASilentReplica(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "silent")
+	ctx := context.Background()
+	s := sweeper.New(sweeper.Config{Store: b.store, ReplicaStaleAfter: 2 * time.Second, ReplicaRetention: time.Hour})
+	c := b.claim(t)
+
+	b.clock.Advance(time.Second)
+	alive, err := b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
+	require.NoError(t, err)
+	require.True(t, alive[c.ID])
+	res, err := s.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Abandoned, "the replica is not stale yet")
+
+	// Only the replica heartbeat stops: the computation's own deadlines still hold.
+	b.clock.Advance(1500 * time.Millisecond)
+	res, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	require.Equal(t, persistence.ReasonReplica("r1"), *res.Abandoned[0].Error)
+	replicas, err := b.store.Replicas(ctx)
+	require.NoError(t, err)
+	require.Len(t, replicas, 1)
+
+	b.clock.Advance(time.Hour)
+	res, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Pruned, "the rows of long-gone replicas are deleted")
+	replicas, err = b.store.Replicas(ctx)
+	require.NoError(t, err)
+	require.Empty(t, replicas)
+}
+
+func TestAbandonsTheWorkOfAReplicaWithoutARow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "ghost")
+	ctx := context.Background()
+	got, err := b.store.Claim(ctx, "ghost", 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	res, err := b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	require.Equal(t, persistence.ReasonReplica("ghost"), *res.Abandoned[0].Error)
 }

@@ -1,0 +1,55 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun/dialect/pgdialect"
+)
+
+// Replica is a row of the replica_heartbeats table.
+type Replica struct {
+	ID            string    `bun:"replica_id"`
+	LastHeartbeat time.Time `bun:"last_heartbeat"`
+	StartedAt     time.Time `bun:"started_at"`
+	Graphs        []string  `bun:"graphs,array"`
+	StaleAfterMS  int64     `bun:"stale_after_ms"`
+	// Stale is true when the row is older than the replica's own stale-after.
+	Stale bool `bun:"stale"`
+}
+
+// ReplicaHeartbeat upserts this replica's row: it is alive, serves these graphs, and should be
+// thought dead after staleAfter without a heartbeat.
+func (s *Store) ReplicaHeartbeat(ctx context.Context, replicaID string, staleAfter time.Duration) error {
+	_, err := s.db.NewRaw(s.q(`INSERT INTO {s}.replica_heartbeats AS r (replica_id, last_heartbeat, started_at, graphs, stale_after_ms)
+		VALUES (?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?)
+		ON CONFLICT (replica_id) DO UPDATE
+		SET last_heartbeat = excluded.last_heartbeat, graphs = excluded.graphs, stale_after_ms = excluded.stale_after_ms`),
+		replicaID, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds()).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("writing the heartbeat of replica %s: %w", replicaID, err)
+	}
+	return nil
+}
+
+// DeleteReplica removes a replica's row, at the end of a graceful stop.
+func (s *Store) DeleteReplica(ctx context.Context, replicaID string) error {
+	_, err := s.db.NewRaw(s.q("DELETE FROM {s}.replica_heartbeats WHERE replica_id = ?"), replicaID).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("deleting replica %s: %w", replicaID, err)
+	}
+	return nil
+}
+
+// Replicas lists the replicas that heartbeat in this schema, newest heartbeat first.
+func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
+	var out []Replica
+	err := s.db.NewRaw(s.q(`SELECT *,
+			last_heartbeat < coalesce(?::timestamptz, now()) - stale_after_ms * interval '1 millisecond' AS stale
+		FROM {s}.replica_heartbeats ORDER BY last_heartbeat DESC, replica_id`), s.clock.NowOrNil()).Scan(ctx, &out)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("listing replicas: %w", err)
+	}
+	return out, nil
+}
