@@ -164,31 +164,41 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 
 // record writes the outcome, unless the claim is already known to be lost. The write gets a
 // context of its own so that a graceful stop still records finished work; the fence rejects it if
-// the claim was released or reclaimed meanwhile.
+// the claim was released or reclaimed meanwhile. A failed write (the database restarting, say) is
+// retried until it succeeds, the claim is lost, or writeTimeout passes.
 func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) string {
-	if a.lost.Load() {
-		return OutcomeDropped
-	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	var err error
 	outcome := "succeeded"
 	if cause != nil {
 		outcome = "failed: " + cause.Error()
-		err = a.env.store.Fail(wctx, a.c, cause)
-	} else {
-		err = a.env.store.Complete(wctx, a.c, raw, used)
 	}
-	switch {
-	case errors.Is(err, persistence.ErrClaimLost):
-		a.logger.Info("result dropped: the claim was lost", "outcome", outcome)
-		return OutcomeDropped
-	case err != nil:
-		a.logger.Error("recording the outcome failed; the sweeper will retry the attempt", "error", err, "outcome", outcome)
-		return "recording failed: " + err.Error()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		if a.lost.Load() {
+			return OutcomeDropped
+		}
+		var err error
+		if cause != nil {
+			err = a.env.store.Fail(wctx, a.c, cause)
+		} else {
+			err = a.env.store.Complete(wctx, a.c, raw, used)
+		}
+		switch {
+		case err == nil:
+			if cause != nil {
+				a.logger.Info("attempt failed", "error", cause)
+			}
+			return outcome
+		case errors.Is(err, persistence.ErrClaimLost):
+			a.logger.Info("result dropped: the claim was lost", "outcome", outcome)
+			return OutcomeDropped
+		}
+		a.logger.Warn("recording the outcome failed; retrying", "error", err, "outcome", outcome, "retry_in", wait)
+		select {
+		case <-wctx.Done():
+			a.logger.Error("recording the outcome failed for good; the sweeper will retry the attempt", "error", err)
+			return "recording failed: " + err.Error()
+		case <-time.After(wait):
+		}
 	}
-	if cause != nil {
-		a.logger.Info("attempt failed", "error", cause)
-	}
-	return outcome
 }
