@@ -4,6 +4,7 @@
 #                 (or the database at TEST_DATABASE_URL, if set)
 #   make lint     gofmt, go vet and golangci-lint
 #   make bench    the benchmarks
+#   make chaos    the process tests (SIGKILL, SIGSTOP, restarts) five times over, with their figures
 #   make example  the onboarding example
 
 GO ?= go
@@ -11,7 +12,7 @@ GO ?= go
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test lint bench example
+.PHONY: test lint bench chaos example
 
 test:
 	$(GO) vet ./...
@@ -31,6 +32,9 @@ lint:
 
 bench:
 	$(WITH_DB) $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+
+chaos:
+	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m ./internal/chaos
 
 example:
 	$(GO) run ./examples/onboarding

@@ -131,6 +131,9 @@ func (a *computation) run(ctx context.Context) string {
 	vals, err := a.env.store.Values(ctx, a.c.ExecutionID)
 	if err != nil {
 		if ctx.Err() != nil {
+			if a.lost.Load() {
+				return OutcomeDropped
+			}
 			return "canceled before it ran"
 		}
 		return a.record(ctx, fmt.Errorf("reading values: %w", err), nil, nil)

@@ -197,3 +197,20 @@ func (s *Store) Computations(ctx context.Context, id string) ([]Computation, err
 	}
 	return comps, nil
 }
+
+// StateCounts counts the computations of the schema in each state, for tests and monitoring.
+func (s *Store) StateCounts(ctx context.Context) (map[string]int, error) {
+	var rows []struct {
+		State string `bun:"state"`
+		N     int    `bun:"n"`
+	}
+	err := s.db.NewRaw(s.q("SELECT state, count(*) AS n FROM {s}.computations GROUP BY state")).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("counting computations: %w", err)
+	}
+	out := make(map[string]int, len(rows))
+	for _, r := range rows {
+		out[r.State] = r.N
+	}
+	return out, nil
+}

@@ -1,0 +1,156 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/actors"
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/persistence"
+)
+
+const executions = 300
+
+func TestSIGKILLedReplicaLosesNothing(t *testing.T) {
+	c := newCluster(t, pgtest.URL(t), defaults())
+	workers := []*worker{c.start(t, "w0"), c.start(t, "w1"), c.start(t, "w2")}
+
+	// A baseline without a kill.
+	ids := c.submit(t, executions)
+	took := c.waitDone(t, executions, 2*time.Minute)
+	c.audit(t, ids)
+	t.Logf("%d executions without a kill: %v", executions, took.Round(time.Millisecond))
+
+	more := c.submit(t, executions)
+	victim := workers[0]
+	victim.waitFor(t, "running computations", func(w *worker) bool { return w.running() >= 10 })
+	held := victim.running()
+	start := time.Now()
+	victim.signal(t, syscall.SIGKILL)
+	killedAt := time.Now()
+	took = c.waitDone(t, 2*executions, 2*time.Minute)
+	t.Logf("%d executions with a kill of a replica holding %d: %v", executions, held, time.Since(start).Round(time.Millisecond))
+
+	var abandoned int
+	var firstReclaim time.Time
+	for _, comp := range c.audit(t, append(ids, more...)) {
+		if comp.State == persistence.StateAbandoned {
+			abandoned++
+			require.Equal(t, persistence.ReasonReplica("w0"), *comp.Error, "every abandoned attempt carries the replica reason")
+		}
+		if comp.Attempt > 1 && comp.ClaimedAt != nil && (firstReclaim.IsZero() || comp.ClaimedAt.Before(firstReclaim)) {
+			firstReclaim = *comp.ClaimedAt
+			require.NotEqual(t, "w0", *comp.ReplicaID)
+		}
+	}
+	require.Positive(t, abandoned, "the killed replica held running work")
+	detection := firstReclaim.Sub(killedAt)
+	t.Logf("detection: kill → first reclaimed computation running elsewhere: %v (ReplicaStaleAfter 2s, SweepInterval 500ms); %d attempts abandoned",
+		detection.Round(time.Millisecond), abandoned)
+	require.Less(t, detection, 4*time.Second)
+	_ = took
+}
+
+// frozen starts replica "frozen" alone with work, SIGSTOPs it while it holds running
+// computations, then starts replica "rescuer". The replica heartbeat cannot fire first: it is
+// stale only after 60s, while the computations' heartbeat timeout is 1s.
+func frozen(t *testing.T) (*cluster, *worker, []string) {
+	cfg := defaults()
+	cfg.StaleAfter, cfg.HBInterval, cfg.HBTimeout, cfg.Sweep = 60000, 200, 1000, 200
+	cfg.WorkMin, cfg.WorkMax = 3000, 3000
+	c := newCluster(t, pgtest.URL(t), cfg)
+	w := c.start(t, "frozen")
+	ids := c.submit(t, 10)
+	w.waitFor(t, "all ten running", func(w *worker) bool { return w.count("started ") == 10 })
+	w.signal(t, syscall.SIGSTOP)
+	c.start(t, "rescuer")
+	c.waitDone(t, 10, time.Minute)
+	return c, w, ids
+}
+
+func TestFrozenProcessIsReclaimedByHeartbeatDeadline(t *testing.T) {
+	c, _, ids := frozen(t)
+	for _, comp := range c.audit(t, ids) {
+		if comp.State != persistence.StateAbandoned {
+			require.Equal(t, "rescuer", *comp.ReplicaID)
+			continue
+		}
+		require.Equal(t, "frozen", *comp.ReplicaID)
+		require.Equal(t, persistence.ReasonHeartbeat, *comp.Error, "the heartbeat deadline fired, not the replica's or AbandonAfter")
+		require.Less(t, comp.FinishedAt.Sub(*comp.ClaimedAt), 10*time.Second, "reclaimed after the heartbeat timeout, long before AbandonAfter (60s)")
+	}
+}
+
+func TestLateResultAfterReclaimIsDropped(t *testing.T) {
+	c, w, ids := frozen(t)
+	w.signal(t, syscall.SIGCONT)
+	// Its claims are gone: it cancels its work and writes nothing.
+	w.waitFor(t, "every computation to finish", func(w *worker) bool { return w.count("finished ") == 10 })
+	w.mu.Lock()
+	t.Logf("the frozen replica said: %q", w.lines)
+	w.mu.Unlock()
+	require.Equal(t, 10, countOutcome(w, actors.OutcomeDropped), "every late result is dropped")
+	for _, id := range ids {
+		require.Equal(t, "rescuer", c.valueOf(t, id).Replica, "the reclaimed attempt's value is the one kept")
+	}
+	c.audit(t, ids)
+}
+
+func countOutcome(w *worker, outcome string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, l := range w.lines {
+		if strings.HasPrefix(l, "finished ") && strings.HasSuffix(l, outcome) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRollingRestartConsumesNoAttempt(t *testing.T) {
+	cfg := defaults()
+	cfg.MaxWorkers = 20
+	c := newCluster(t, pgtest.URL(t), cfg)
+	workers := []*worker{c.start(t, "r0"), c.start(t, "r1"), c.start(t, "r2")}
+	ids := c.submit(t, executions)
+	start := time.Now()
+	for i, w := range workers {
+		w.waitFor(t, "running computations", func(w *worker) bool { return w.running() > 0 })
+		w.stop(t)
+		workers[i] = c.start(t, fmt.Sprintf("r%d-restarted", i))
+	}
+	c.waitDone(t, executions, 2*time.Minute)
+	t.Logf("%d executions through a rolling restart of 3 replicas: %v", executions, time.Since(start).Round(time.Millisecond))
+	for _, comp := range c.audit(t, ids) {
+		require.Equal(t, persistence.StateSuccess, comp.State, "no attempt failed or was abandoned")
+		require.Equal(t, 1, comp.Attempt, "no attempt was consumed by the restarts")
+	}
+}
+
+func TestPostgresRestartLeavesNothingStuck(t *testing.T) {
+	pg := pgtest.Cluster(t)
+	cfg := defaults()
+	cfg.StaleAfter, cfg.HBTimeout = 8000, 8000
+	c := newCluster(t, pg.URL(), cfg)
+	w0 := c.start(t, "p0")
+	c.start(t, "p1")
+	ids := c.submit(t, 100)
+	w0.waitFor(t, "running computations", func(w *worker) bool { return w.running() > 0 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, pg.Restart(ctx))
+	more := c.submit(t, 100)
+	took := c.waitDone(t, 200, 2*time.Minute)
+	t.Logf("200 executions across a PostgreSQL restart: done %v after it", took.Round(time.Millisecond))
+	c.audit(t, append(ids, more...))
+}

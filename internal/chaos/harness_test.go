@@ -1,0 +1,264 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
+)
+
+// defaults is a worker configuration for tests: short intervals, work of 1 to 2 seconds.
+func defaults() workerConfig {
+	return workerConfig{
+		MaxWorkers: 100, StaleAfter: 2000, ReplicaHB: 250, Sweep: 500, Poll: 500,
+		HBInterval: 500, HBTimeout: 10000, AbandonAfter: 60000,
+		WorkMin: 1000, WorkMax: 2000, StopGrace: 200, MaxAttempts: 5,
+	}
+}
+
+// cluster is the test's view of the database that the worker processes share.
+type cluster struct {
+	cfg   workerConfig
+	g     *graph.Graph
+	store *persistence.Store
+}
+
+func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
+	t.Helper()
+	cfg.URL, cfg.Schema = url, pgtest.Schema(t)
+	db := pgtest.BunDB(t, url)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err := migrations.Migrate(context.Background(), db, cfg.Schema, logger)
+	require.NoError(t, err)
+	c := &cluster{cfg: cfg, g: chaosGraph(cfg)}
+	c.store, err = persistence.New(persistence.Config{DB: db, Schema: cfg.Schema, Graphs: []*graph.Graph{c.g}, Logger: logger})
+	require.NoError(t, err)
+	return c
+}
+
+// worker is one replica process.
+type worker struct {
+	id     string
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []string
+	more   chan struct{} // signalled at each new line
+	exited chan struct{}
+}
+
+// start starts a replica process and waits until it serves.
+func (c *cluster) start(t *testing.T, id string) *worker {
+	t.Helper()
+	cfg := c.cfg
+	cfg.ReplicaID = id
+	raw, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	w := &worker{id: id, more: make(chan struct{}, 1), exited: make(chan struct{})}
+	w.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	w.cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
+	w.cmd.Stderr = &prefixWriter{t: t, prefix: id}
+	// The worker dies with the test, whatever happens to the test.
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := w.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, w.cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			w.mu.Lock()
+			w.lines = append(w.lines, sc.Text())
+			w.mu.Unlock()
+			select {
+			case w.more <- struct{}{}:
+			default:
+			}
+		}
+		_ = w.cmd.Wait()
+		close(w.exited)
+	}()
+	t.Cleanup(func() {
+		_ = w.cmd.Process.Signal(syscall.SIGCONT)
+		_ = w.cmd.Process.Kill()
+		<-w.exited
+	})
+	w.waitFor(t, "ready", func(w *worker) bool { return w.count("ready") > 0 })
+	return w
+}
+
+// count counts the output lines that start with prefix.
+func (w *worker) count(prefix string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, l := range w.lines {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// running is how many computations the worker has started and not finished.
+func (w *worker) running() int { return w.count("started ") - w.count("finished ") }
+
+// waitFor waits until cond holds, woken by each line the worker prints.
+func (w *worker) waitFor(t *testing.T, what string, cond func(*worker) bool) {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for !cond(w) {
+		select {
+		case <-w.more:
+		case <-w.exited:
+			if !cond(w) {
+				t.Fatalf("worker %s exited before %s", w.id, what)
+			}
+		case <-timeout:
+			t.Fatalf("worker %s: timed out waiting for %s", w.id, what)
+		}
+	}
+}
+
+func (w *worker) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, w.cmd.Process.Signal(sig))
+}
+
+// stop stops the worker gracefully (SIGTERM) and waits for it to exit.
+func (w *worker) stop(t *testing.T) {
+	t.Helper()
+	w.signal(t, syscall.SIGTERM)
+	select {
+	case <-w.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker %s did not stop", w.id)
+	}
+	require.Equal(t, 1, w.count("stopped"), "worker %s stopped gracefully", w.id)
+}
+
+// submit starts n executions and sets their input.
+func (c *cluster) submit(t *testing.T, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			errs <- retry(func() error {
+				e, err := c.store.CreateExecution(ctx, c.g)
+				if err == nil {
+					ids[i] = e.ID
+				}
+				return err
+			})
+			errs <- retry(func() error {
+				_, err := c.store.SetValues(ctx, ids[i], map[string]json.RawMessage{"n": json.RawMessage(fmt.Sprint(i))}, nil, nil)
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+// retry retries fn through the broken connections that a PostgreSQL restart leaves in the pool.
+func retry(fn func() error) error {
+	var err error
+	for range 20 {
+		if err = fn(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// waitDone polls the database until n computations succeeded and none is active. The database,
+// not a process, is the judge of completion; a poll is the only signal it gives the test.
+func (c *cluster) waitDone(t *testing.T, n int, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		counts, err := c.store.StateCounts(context.Background())
+		if err == nil && counts[persistence.StateSuccess] >= n &&
+			counts[persistence.StatePending]+counts[persistence.StateAvailable]+counts[persistence.StateRunning] == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("after %v, the computations are %v (error %v); want %d successes and nothing active", timeout, counts, err, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// audit checks that every execution ended with exactly one successful attempt and its value,
+// and returns all attempts.
+func (c *cluster) audit(t *testing.T, ids []string) []persistence.Computation {
+	t.Helper()
+	var all []persistence.Computation
+	for _, id := range ids {
+		comps, err := c.store.Computations(context.Background(), id)
+		require.NoError(t, err)
+		successes := 0
+		for _, comp := range comps {
+			if comp.State == persistence.StateSuccess {
+				successes++
+			}
+			require.NotContains(t, []string{persistence.StateRunning, persistence.StateAvailable, persistence.StatePending}, comp.State,
+				"execution %s is stuck", id)
+		}
+		require.Equal(t, 1, successes, "execution %s: exactly one completion, never two", id)
+		vals, err := c.store.Values(context.Background(), id)
+		require.NoError(t, err)
+		require.True(t, vals.Has("work"), "execution %s has its value", id)
+		all = append(all, comps...)
+	}
+	return all
+}
+
+// valueOf reads the result of an execution.
+func (c *cluster) valueOf(t *testing.T, id string) result {
+	t.Helper()
+	vals, err := c.store.Values(context.Background(), id)
+	require.NoError(t, err)
+	var r result
+	require.NoError(t, vals.Decode("work", &r))
+	return r
+}
+
+// prefixWriter copies a worker's stderr (its warnings) into the test log.
+type prefixWriter struct {
+	t      *testing.T
+	prefix string
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		p.t.Logf("[%s] %s", p.prefix, line)
+	}
+	return len(b), nil
+}
