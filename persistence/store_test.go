@@ -177,3 +177,36 @@ func TestSweepIsSingleFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.Skipped)
 }
+
+func TestMonitoringViews(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	count := func(view string) int {
+		var n int
+		require.NoError(t, b.db.NewRaw("SELECT count(*) FROM ?."+view, bun.Ident(b.store.Schema())).Scan(ctx, &n))
+		return n
+	}
+	b.ready(t, 2)
+	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute))
+	b.claimOne(t, "r1")
+	c := b.claimOne(t, "r1")
+	require.Equal(t, 2, count("running_computations"))
+	require.Zero(t, count("stale_replicas"))
+	require.Zero(t, count("reclaim_history"))
+
+	// r1 falls silent: an hour-old heartbeat is stale by its own one-minute limit.
+	b.clock.Set(time.Now().Add(-time.Hour))
+	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute))
+	require.Equal(t, 1, count("stale_replicas"))
+
+	b.clock.Set(time.Now())
+	res, err := b.store.Sweep(ctx, SweepOptions{Limit: 10, ReplicaStaleAfter: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 2)
+	require.Zero(t, count("running_computations"))
+	require.Equal(t, 2, count("reclaim_history"))
+	var reason string
+	require.NoError(t, b.db.NewRaw("SELECT reason FROM ?.reclaim_history WHERE id = ?", bun.Ident(b.store.Schema()), c.ID).Scan(ctx, &reason))
+	require.Equal(t, ReasonReplica("r1"), reason)
+}
