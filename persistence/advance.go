@@ -24,6 +24,7 @@ type execState struct {
 	saved    []graph.SaveEvent // OnSave events to fire after commit
 	work     bool              // a computation became AVAILABLE: NOTIFY the dispatchers
 	changed  bool              // a value or a node's outcome changed: NOTIFY the waiters
+	promote  bool              // a gated attempt was created or freed a slot: promote now
 }
 
 type valueRow struct {
@@ -176,24 +177,38 @@ func (s *Store) advance(ctx context.Context, tx bun.IDB, st *execState) error {
 	return nil
 }
 
-// insertComputation creates an attempt. It is AVAILABLE at once unless it must wait for delay.
+// insertComputation creates an attempt. It is AVAILABLE at once, unless it must wait for delay,
+// a concurrency key or a parallel limit: then it is PENDING, and a gated one is promoted before
+// the transaction ends if a slot is free.
 func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, attempt int, sig signature, delay time.Duration) (*Computation, error) {
 	set := n.Settings()
+	var key *string
+	if set.ConcurrencyKey != nil {
+		if k := set.ConcurrencyKey(st.values); k != "" {
+			key = &k
+		}
+	}
+	var maxParallel *int
+	if set.MaxParallel > 0 {
+		maxParallel = &set.MaxParallel
+	}
 	state := StateAvailable
 	runAt := st.now
 	if delay > 0 {
+		state, runAt = StatePending, st.now.Add(delay)
+	} else if key != nil || maxParallel != nil {
 		state = StatePending
-		runAt = st.now.Add(delay)
+		st.promote = true
 	}
 	c := new(Computation)
 	err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
 		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-		 heartbeat_timeout_ms, computed_with, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?)
+		 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?)
 		RETURNING *`),
 		st.exec.ID, GraphKey(st.exec.GraphName, st.exec.GraphVersion), n.Name(), state, attempt,
 		set.MaxAttempts, runAt, set.AbandonAfter.Milliseconds(), set.HeartbeatTimeout.Milliseconds(),
-		sig.String(), st.now).Scan(ctx, c)
+		sig.String(), key, maxParallel, st.now).Scan(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("creating computation of %q: %w", n.Name(), err)
 	}
@@ -206,6 +221,13 @@ func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState
 // finish writes the execution's revision back and queues the notifications. The caller commits
 // and then calls fireSaved.
 func (s *Store) finish(ctx context.Context, tx bun.IDB, st *execState) error {
+	if st.promote {
+		n, err := s.promote(ctx, tx, st.now)
+		if err != nil {
+			return err
+		}
+		st.work = st.work || n > 0
+	}
 	if st.revision != st.exec.Revision {
 		_, err := tx.NewRaw(s.q("UPDATE {s}.executions SET revision = ?, updated_at = ? WHERE id = ?"),
 			st.revision, st.now, st.exec.ID).Exec(ctx)

@@ -146,6 +146,7 @@ func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMes
 			return err
 		}
 		st.revision++
+		st.promote = c.gated() // its slot is free
 		n, _ := st.g.Node(c.Node)
 		if !n.Gate().Holds(st.values) {
 			reason := "canceled: gate no longer holds"
@@ -185,6 +186,7 @@ func (s *Store) Fail(ctx context.Context, c *Computation, cause error) error {
 			return err
 		}
 		st.revision++
+		st.promote = c.gated() // its slot is free
 		if err := s.afterFailure(ctx, tx, st, c, cause, graph.IsPermanent(cause)); err != nil {
 			return err
 		}

@@ -80,7 +80,8 @@ type Store struct {
 	clock    clock.Clock
 	logger   *slog.Logger
 	onSave   func(g *graph.Graph, e graph.SaveEvent)
-	sweepKey string
+	sweepKey   string
+	promoteKey string
 }
 
 // New returns a Store. It does not touch the database.
@@ -102,6 +103,7 @@ func New(cfg Config) (*Store, error) {
 		logger:   cfg.Logger,
 		onSave:   cfg.OnSave,
 		sweepKey: "journey-sweep:" + schema,
+		promoteKey: "journey-promote:" + schema,
 	}
 	if s.clock == nil {
 		s.clock = clock.Real{}
@@ -174,6 +176,8 @@ type Execution struct {
 	ArchivedAt   *time.Time `bun:"archived_at"`
 	CreatedAt    time.Time  `bun:"created_at"`
 	UpdatedAt    time.Time  `bun:"updated_at"`
+	// WakeAt is when the execution must be advanced again without a write: its next due tick.
+	WakeAt *time.Time `bun:"wake_at"`
 }
 
 // Computation is a row of the computations table: one attempt of one node.
@@ -197,9 +201,13 @@ type Computation struct {
 	ComputedWith       string     `bun:"computed_with"`
 	Error              *string    `bun:"error"`
 	ConcurrencyKey     *string    `bun:"concurrency_key"`
+	MaxParallel        *int       `bun:"max_parallel"`
 	CreatedAt          time.Time  `bun:"created_at"`
 	FinishedAt         *time.Time `bun:"finished_at"`
 }
+
+// gated reports whether the attempt waits for a concurrency key or a parallel limit.
+func (c *Computation) gated() bool { return c.ConcurrencyKey != nil || c.MaxParallel != nil }
 
 // active reports whether the attempt is still to run or running.
 func (c *Computation) active() bool {

@@ -86,7 +86,8 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 			n, _ := r.RowsAffected()
 			res.Pruned = int(n)
 		}
-		return s.promote(ctx, tx, now, &res)
+		res.Promoted, err = s.promote(ctx, tx, now)
+		return err
 	})
 	if err != nil {
 		return SweepResult{}, err
@@ -137,6 +138,7 @@ func (s *Store) abandon(ctx context.Context, tx bun.Tx, now time.Time, opts Swee
 			return err
 		}
 		st.revision++
+		st.promote = c.gated() // its slot is free
 		if err := s.afterFailure(ctx, tx, st, c, fmt.Errorf("%s: %w", row.Reason, errAbandoned), false); err != nil {
 			return err
 		}
@@ -149,33 +151,3 @@ func (s *Store) abandon(ctx context.Context, tx bun.Tx, now time.Time, opts Swee
 	return nil
 }
 
-// promote makes PENDING attempts whose run_at has passed AVAILABLE.
-func (s *Store) promote(ctx context.Context, tx bun.IDB, now time.Time, res *SweepResult) error {
-	var ids []int64
-	err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'AVAILABLE'
-		WHERE id IN (SELECT id FROM {s}.computations WHERE state = 'PENDING' AND run_at <= ?
-			ORDER BY run_at, id FOR UPDATE SKIP LOCKED)
-		RETURNING id`), now).Scan(ctx, &ids)
-	if err != nil && !isNoRows(err) {
-		return fmt.Errorf("promoting pending computations: %w", err)
-	}
-	res.Promoted = len(ids)
-	if len(ids) == 0 {
-		return nil
-	}
-	return s.notify(ctx, tx, PayloadWork)
-}
-
-// PromoteDue makes due PENDING attempts AVAILABLE outside a sweep, so that a retry's backoff is
-// not stretched to the sweep interval. It returns how many it promoted.
-func (s *Store) PromoteDue(ctx context.Context) (int, error) {
-	var res SweepResult
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return err
-		}
-		return s.promote(ctx, tx, now, &res)
-	})
-	return res.Promoted, err
-}
