@@ -71,15 +71,15 @@ type Config struct {
 
 // Store is the database layer of one replica.
 type Store struct {
-	db       *bun.DB
-	schema   string // raw name
-	quoted   string // quoted identifier, substituted for {s} in queries
-	channel  string
-	graphs   map[string]*graph.Graph
-	keys     []string
-	clock    clock.Clock
-	logger   *slog.Logger
-	onSave   func(g *graph.Graph, e graph.SaveEvent)
+	db         *bun.DB
+	schema     string // raw name
+	quoted     string // quoted identifier, substituted for {s} in queries
+	channel    string
+	graphs     map[string]*graph.Graph
+	keys       []string
+	clock      clock.Clock
+	logger     *slog.Logger
+	onSave     func(g *graph.Graph, e graph.SaveEvent)
 	sweepKey   string
 	promoteKey string
 }
@@ -94,15 +94,15 @@ func New(cfg Config) (*Store, error) {
 		schema = "journey"
 	}
 	s := &Store{
-		db:       cfg.DB,
-		schema:   schema,
-		quoted:   pgx.Identifier{schema}.Sanitize(),
-		channel:  channelName(schema),
-		graphs:   make(map[string]*graph.Graph, len(cfg.Graphs)),
-		clock:    cfg.Clock,
-		logger:   cfg.Logger,
-		onSave:   cfg.OnSave,
-		sweepKey: "journey-sweep:" + schema,
+		db:         cfg.DB,
+		schema:     schema,
+		quoted:     pgx.Identifier{schema}.Sanitize(),
+		channel:    channelName(schema),
+		graphs:     make(map[string]*graph.Graph, len(cfg.Graphs)),
+		clock:      cfg.Clock,
+		logger:     cfg.Logger,
+		onSave:     cfg.OnSave,
+		sweepKey:   "journey-sweep:" + schema,
 		promoteKey: "journey-promote:" + schema,
 	}
 	if s.clock == nil {

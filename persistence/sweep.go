@@ -150,4 +150,3 @@ func (s *Store) abandon(ctx context.Context, tx bun.Tx, now time.Time, opts Swee
 	}
 	return nil
 }
-
