@@ -99,14 +99,21 @@ func (r *Runtime) Start(ctx context.Context, g *graph.Graph) (*Execution, error)
 	return toExecution(e), nil
 }
 
-// Load reads an execution.
-func (r *Runtime) Load(ctx context.Context, id string) (*Execution, error) {
+// Load reads an execution. An archived one is ErrNotFound, unless IncludeArchived is given.
+func (r *Runtime) Load(ctx context.Context, id string, opts ...LoadOption) (*Execution, error) {
 	if err := r.check(); err != nil {
 		return nil, err
+	}
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	e, err := r.store.LoadExecution(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if e.ArchivedAt != nil && !o.includeArchived {
+		return nil, fmt.Errorf("%w: %q is archived; Unarchive it, or pass journey.IncludeArchived()", ErrNotFound, id)
 	}
 	return toExecution(e), nil
 }
@@ -289,7 +296,7 @@ func (r *Runtime) Computations(ctx context.Context, id string) ([]Computation, e
 // Summarize describes an execution in text: its values, its computations, and what each node
 // without a value is waiting for.
 func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
-	e, err := r.Load(ctx, id)
+	e, err := r.Load(ctx, id, IncludeArchived())
 	if err != nil {
 		return "", err
 	}

@@ -158,10 +158,16 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 		}
 	}()
 	switch a.node.Kind() {
-	case graph.KindCompute:
+	case graph.KindCompute, graph.KindMutate:
 		return a.node.Func()(ctx, vals)
+	case graph.KindTickOnce, graph.KindTickRecurring:
+		t, err := a.node.Tick()(ctx, vals)
+		if err != nil {
+			return nil, err
+		}
+		return persistence.TickValue(t), nil
 	default:
-		return nil, graph.Permanent(fmt.Errorf("node kind %s is not supported yet", a.node.Kind()))
+		return nil, graph.Permanent(fmt.Errorf("node kind %s does not run a function", a.node.Kind()))
 	}
 }
 

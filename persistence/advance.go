@@ -115,6 +115,9 @@ func (s *Store) upsertValue(ctx context.Context, tx bun.IDB, st *execState, node
 	}
 	st.values[node] = rows[0].toValue()
 	st.changed = true
+	if err := s.logChange(ctx, tx, st, node, raw, meta, rows[0].Revision); err != nil {
+		return false, err
+	}
 	if n, ok := st.g.Node(node); ok && (n.Settings().OnSave != nil || st.g.OnSave() != nil) {
 		st.saved = append(st.saved, graph.SaveEvent{
 			ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: node, Value: rows[0].toValue(),
@@ -130,28 +133,73 @@ func (s *Store) deleteValue(ctx context.Context, tx bun.IDB, st *execState, node
 	}
 	delete(st.values, node)
 	st.changed = true
+	return s.logChange(ctx, tx, st, node, nil, nil, st.revision)
+}
+
+// logChange appends a change of a value to the execution's history; a nil raw is a clearing.
+func (s *Store) logChange(ctx context.Context, tx bun.IDB, st *execState, node string, raw, meta json.RawMessage, rev int64) error {
+	var rawArg, metaArg any
+	if raw != nil {
+		rawArg = string(raw)
+	}
+	if meta != nil {
+		metaArg = string(meta)
+	}
+	_, err := tx.NewRaw(s.q(`INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
+		VALUES (?, ?, ?::jsonb, ?::jsonb, ?, ?)`), st.exec.ID, node, rawArg, metaArg, rev, st.now).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("recording the history of %q: %w", node, err)
+	}
 	return nil
 }
 
-// advance evaluates every gate against the current values: it clears compute values whose gate no
-// longer holds (cascading), and creates a computation for each node whose gate holds and whose
-// upstream revisions differ from those of its newest attempt.
+// advance evaluates every gate against the current values, until nothing changes:
+//   - it clears the values of compute and mutate nodes whose gate no longer holds;
+//   - it creates a computation for each compute, mutate or tick node whose gate holds and whose
+//     upstream revisions differ from those of its newest attempt, and for each recurring tick whose
+//     due time has passed;
+//   - it records the tracked changes of historians, and archives the execution when an archive
+//     node's gate holds.
+//
+// Gates see two views of the values. Whether a node may run is judged on the due view, where a
+// tick counts as provided only once its time has come; whether a value must be cleared is judged
+// on all values, where a tick counts once it is set at all, so a paused tick wipes nothing.
 func (s *Store) advance(ctx context.Context, tx bun.IDB, st *execState) error {
 	for again := true; again; {
 		again = false
+		due := st.dueView()
 		for _, name := range st.g.Order() {
 			n, _ := st.g.Node(name)
-			if n.Kind() == graph.KindInput {
+			switch n.Kind() {
+			case graph.KindInput:
+				continue
+			case graph.KindHistorian:
+				changed, err := s.recordHistory(ctx, tx, st, n, due)
+				if err != nil {
+					return err
+				}
+				again = again || changed
+				continue
+			case graph.KindArchive:
+				if n.Gate().Holds(due) && !st.values.Has(name) {
+					if err := s.archiveByNode(ctx, tx, st, name); err != nil {
+						return err
+					}
+					again = true
+				}
 				continue
 			}
 			if !n.Gate().Holds(st.values) {
-				if n.Kind() == graph.KindCompute && st.values.Has(name) {
+				if clearable(n) && st.values.Has(name) {
 					st.revision++
 					if err := s.deleteValue(ctx, tx, st, name); err != nil {
 						return err
 					}
 					again = true
 				}
+				continue
+			}
+			if !n.Gate().Holds(due) {
 				continue
 			}
 			latest := st.latest[name]
@@ -163,8 +211,10 @@ func (s *Store) advance(ctx context.Context, tx bun.IDB, st *execState) error {
 				if latest.failedForGood() {
 					continue // its attempts at these upstream revisions are used up
 				}
-				if latest.State == StateSuccess && (st.values.Has(name) || n.Kind() != graph.KindCompute) {
-					continue // up to date
+				upToDate := st.values.Has(name) || !clearable(n)
+				nextCycle := n.Kind() == graph.KindTickRecurring && st.tickDue(name)
+				if latest.State == StateSuccess && upToDate && !nextCycle {
+					continue
 				}
 			}
 			c, err := s.insertComputation(ctx, tx, st, n, 1, sig, 0)
@@ -175,6 +225,12 @@ func (s *Store) advance(ctx context.Context, tx bun.IDB, st *execState) error {
 		}
 	}
 	return nil
+}
+
+// clearable reports whether invalidation clears the node's value. Historian, archive and tick
+// values are never cleared, and neither are mutate targets, which are inputs.
+func clearable(n graph.Node) bool {
+	return n.Kind() == graph.KindCompute || n.Kind() == graph.KindMutate
 }
 
 // insertComputation creates an attempt. It is AVAILABLE at once, unless it must wait for delay,
@@ -227,6 +283,12 @@ func (s *Store) finish(ctx context.Context, tx bun.IDB, st *execState) error {
 			return err
 		}
 		st.work = st.work || n > 0
+	}
+	if wake := st.nextWake(); !sameTime(wake, st.exec.WakeAt) {
+		_, err := tx.NewRaw(s.q("UPDATE {s}.executions SET wake_at = ? WHERE id = ?"), wake, st.exec.ID).Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("scheduling the next tick of %s: %w", st.exec.ID, err)
+		}
 	}
 	if st.revision != st.exec.Revision {
 		_, err := tx.NewRaw(s.q("UPDATE {s}.executions SET revision = ?, updated_at = ? WHERE id = ?"),

@@ -34,6 +34,8 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 			WHERE c.id IN (
 				SELECT id FROM {s}.computations
 				WHERE state = 'AVAILABLE' AND graph_key IN (?)
+					AND NOT EXISTS (SELECT 1 FROM {s}.executions e
+						WHERE e.id = execution_id AND e.archived_at IS NOT NULL)
 				ORDER BY id LIMIT ?
 				FOR UPDATE SKIP LOCKED)
 			RETURNING c.*`),
@@ -156,6 +158,10 @@ func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMes
 				return fmt.Errorf("canceling computation %d: %w", c.ID, err)
 			}
 			c.State, c.Error = StateCanceled, &reason
+		} else if n.Kind() == graph.KindMutate {
+			if err := s.mutate(ctx, tx, st, n, result); err != nil {
+				return err
+			}
 		} else if _, err := s.upsertValue(ctx, tx, st, c.Node, result, nil, st.revision); err != nil {
 			return err
 		}
@@ -245,4 +251,26 @@ func (s *Store) Release(ctx context.Context, replicaID string) (int, error) {
 		return s.notify(ctx, tx, PayloadWork)
 	})
 	return len(ids), err
+}
+
+// mutate writes a mutate node's result into its targets. By default a target keeps its revision,
+// so nothing downstream recomputes; with UpdateRevisionOnChange, a target whose value changed gets
+// the completion's revision. The node's own value records what it wrote.
+func (s *Store) mutate(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, result json.RawMessage) error {
+	targets := n.Targets()
+	for _, target := range targets {
+		rev := st.revision
+		if old, ok := st.values[target]; ok && !n.Settings().UpdateRevisionOnChange {
+			rev = old.Revision
+		}
+		if _, err := s.upsertValue(ctx, tx, st, target, result, nil, rev); err != nil {
+			return err
+		}
+	}
+	own, err := json.Marshal(map[string]any{"mutated": targets, "value": result})
+	if err != nil {
+		return fmt.Errorf("recording mutate %q: %w", n.Name(), err)
+	}
+	_, err = s.upsertValue(ctx, tx, st, n.Name(), own, nil, st.revision)
+	return err
 }

@@ -110,6 +110,7 @@ func (s *Store) abandon(ctx context.Context, tx bun.Tx, now time.Time, opts Swee
 				ELSE ? END AS reason
 		FROM {s}.computations c
 		WHERE c.state = 'RUNNING' AND c.graph_key IN (?)
+			AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
 			AND (c.deadline <= ? OR c.heartbeat_deadline <= ?
 				OR (? AND c.replica_id NOT IN (SELECT replica_id FROM live)))
 		ORDER BY c.execution_id, c.id

@@ -2,7 +2,8 @@
 // across replicas through a transaction-level advisory lock. A pass abandons RUNNING computations
 // past their deadline or heartbeat deadline, or held by a replica that stopped heartbeating
 // (recording which), retries them or fails their node, promotes PENDING computations that are
-// due, and prunes the heartbeat rows of long-gone replicas. The decisions are made in SQL against the
+// due, prunes the heartbeat rows of long-gone replicas, and advances the executions whose ticks
+// have come due. The decisions are made in SQL against the
 // Store's clock, so tests move an injected clock instead of sleeping.
 //
 // It may import graph, persistence and internal packages, never actors or the root package.
@@ -77,6 +78,13 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 	})
 	if err != nil {
 		return res, err
+	}
+	woken, err := s.cfg.Store.WakeDue(ctx, s.cfg.BatchSize)
+	if err != nil {
+		return res, err
+	}
+	if woken > 0 {
+		s.logger.Debug("executions with due ticks advanced", "count", woken)
 	}
 	for _, c := range res.Abandoned {
 		s.logger.Warn("computation abandoned", "execution_id", c.ExecutionID, "node", c.Node,

@@ -1,0 +1,206 @@
+package journey
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/journey-go/journey/persistence"
+)
+
+// LoadOption modifies Load.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct{ includeArchived bool }
+
+// IncludeArchived makes Load return an archived execution instead of ErrNotFound.
+func IncludeArchived() LoadOption {
+	return func(o *loadOptions) { o.includeArchived = true }
+}
+
+// Archive archives an execution: Load and List leave it out unless asked, and its computations
+// are neither claimed nor swept. An archive node does the same when its gate holds.
+func (r *Runtime) Archive(ctx context.Context, id string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.store.SetArchived(ctx, id, true)
+}
+
+// Unarchive brings an archived execution back.
+func (r *Runtime) Unarchive(ctx context.Context, id string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.store.SetArchived(ctx, id, false)
+}
+
+// Retry gives a node that used up its attempts (ErrComputationFailed) a fresh attempt budget.
+// It also re-arms the failure notification.
+func (r *Runtime) Retry(ctx context.Context, id, node string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.store.Retry(ctx, id, node)
+}
+
+// HistoryEntry is one change of one value.
+type HistoryEntry struct {
+	Node string
+	// Value is nil when the value was cleared (by Unset or invalidation).
+	Value    json.RawMessage
+	Metadata json.RawMessage
+	Revision int64
+	At       time.Time
+}
+
+// History lists every change of every value of an execution, oldest first.
+func (r *Runtime) History(ctx context.Context, id string) ([]HistoryEntry, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	changes, err := r.store.History(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]HistoryEntry, len(changes))
+	for i, c := range changes {
+		out[i] = HistoryEntry(c)
+	}
+	return out, nil
+}
+
+// Op is a ListQuery filter operator.
+type Op string
+
+// Filter operators.
+const (
+	OpEq     Op = persistence.OpEq
+	OpNeq    Op = persistence.OpNeq
+	OpLt     Op = persistence.OpLt
+	OpLte    Op = persistence.OpLte
+	OpGt     Op = persistence.OpGt
+	OpGte    Op = persistence.OpGte
+	OpIn     Op = persistence.OpIn
+	OpSet    Op = persistence.OpSet
+	OpNotSet Op = persistence.OpNotSet
+)
+
+// Filter keeps the executions whose node's value satisfies Op. Value is compared as JSON (jsonb):
+// numbers as numbers, strings as strings. For OpIn, Value is a slice of the accepted values.
+// A comparison (eq, neq, lt, ...) never matches an execution where the node is not set.
+type Filter struct {
+	Node  string
+	Op    Op
+	Value any
+}
+
+// Eq keeps the executions where node equals v.
+func Eq(node string, v any) Filter { return Filter{node, OpEq, v} }
+
+// Neq keeps the executions where node is set and differs from v.
+func Neq(node string, v any) Filter { return Filter{node, OpNeq, v} }
+
+// Lt keeps the executions where node is less than v.
+func Lt(node string, v any) Filter { return Filter{node, OpLt, v} }
+
+// Lte keeps the executions where node is at most v.
+func Lte(node string, v any) Filter { return Filter{node, OpLte, v} }
+
+// Gt keeps the executions where node is greater than v.
+func Gt(node string, v any) Filter { return Filter{node, OpGt, v} }
+
+// Gte keeps the executions where node is at least v.
+func Gte(node string, v any) Filter { return Filter{node, OpGte, v} }
+
+// In keeps the executions where node equals one of vs.
+func In(node string, vs ...any) Filter { return Filter{node, OpIn, vs} }
+
+// IsSet keeps the executions where node has a value.
+func IsSet(node string) Filter { return Filter{Node: node, Op: OpSet} }
+
+// NotSet keeps the executions where node has no value.
+func NotSet(node string) Filter { return Filter{Node: node, Op: OpNotSet} }
+
+// ListQuery selects executions for List and Count.
+type ListQuery struct {
+	// Graph and Version, when set, keep the executions of that graph (and version).
+	Graph, Version string
+	// Filters must all hold.
+	Filters []Filter
+	// OrderBy is a column (id, created_at, updated_at, revision) or a node name, whose values sort
+	// as jsonb with unset last. Default created_at.
+	OrderBy string
+	// Desc sorts in descending order.
+	Desc bool
+	// Limit (0: no limit) and Offset page the results.
+	Limit, Offset int
+	// IncludeArchived includes archived executions.
+	IncludeArchived bool
+}
+
+func (q ListQuery) toStore() (persistence.ListQuery, error) {
+	out := persistence.ListQuery{
+		Graph: q.Graph, Version: q.Version, OrderBy: q.OrderBy, Desc: q.Desc,
+		Limit: q.Limit, Offset: q.Offset, IncludeArchived: q.IncludeArchived,
+	}
+	for _, f := range q.Filters {
+		pf := persistence.Filter{Node: f.Node, Op: string(f.Op)}
+		switch f.Op {
+		case OpIn:
+			vs, ok := f.Value.([]any)
+			if !ok {
+				return out, fmt.Errorf("%w: the value of an in filter on %q must be a []any; use journey.In", ErrInvalidValue, f.Node)
+			}
+			for _, v := range vs {
+				raw, err := json.Marshal(v)
+				if err != nil {
+					return out, fmt.Errorf("%w: filter on %q: %v", ErrInvalidValue, f.Node, err)
+				}
+				pf.In = append(pf.In, raw)
+			}
+		case OpSet, OpNotSet:
+		default:
+			raw, err := json.Marshal(f.Value)
+			if err != nil {
+				return out, fmt.Errorf("%w: filter on %q: %v", ErrInvalidValue, f.Node, err)
+			}
+			pf.Value = raw
+		}
+		out.Filters = append(out.Filters, pf)
+	}
+	return out, nil
+}
+
+// List returns the executions that match q.
+func (r *Runtime) List(ctx context.Context, q ListQuery) ([]*Execution, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	sq, err := q.toStore()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.store.ListExecutions(ctx, sq)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Execution, len(rows))
+	for i := range rows {
+		out[i] = toExecution(&rows[i])
+	}
+	return out, nil
+}
+
+// Count counts the executions that match q, ignoring its order, limit and offset.
+func (r *Runtime) Count(ctx context.Context, q ListQuery) (int64, error) {
+	if err := r.check(); err != nil {
+		return 0, err
+	}
+	sq, err := q.toStore()
+	if err != nil {
+		return 0, err
+	}
+	return r.store.CountExecutions(ctx, sq)
+}

@@ -1,0 +1,163 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/journey-go/journey/graph"
+)
+
+// A tick's value is the time it comes due, in Unix milliseconds; 0 means it does not fire (for a
+// recurring tick: it is paused).
+
+// TickValue encodes the time a tick function returned.
+func TickValue(t time.Time) json.RawMessage {
+	if t.IsZero() {
+		return json.RawMessage("0")
+	}
+	return json.RawMessage(strconv.FormatInt(t.UnixMilli(), 10))
+}
+
+// tickTime decodes a tick's value; ok is false for a tick that does not fire.
+func tickTime(v graph.Value) (t time.Time, ok bool) {
+	ms := v.Int()
+	if ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+func isTick(n graph.Node) bool {
+	return n.Kind() == graph.KindTickOnce || n.Kind() == graph.KindTickRecurring
+}
+
+// tickDue reports whether a tick node has a value whose time has come.
+func (st *execState) tickDue(name string) bool {
+	t, ok := tickTime(st.values[name])
+	return ok && !t.After(st.now)
+}
+
+// dueView is the values as gates see them to decide whether a node may run: a tick is provided
+// only once it is due.
+func (st *execState) dueView() graph.Values {
+	due := make(graph.Values, len(st.values))
+	for name, v := range st.values {
+		if n, _ := st.g.Node(name); isTick(n) && !st.tickDue(name) {
+			continue
+		}
+		due[name] = v
+	}
+	return due
+}
+
+// nextWake is the earliest time a tick of the execution comes due, nil if none is waiting.
+func (st *execState) nextWake() *time.Time {
+	var next *time.Time
+	for _, n := range st.g.Nodes() {
+		if !isTick(n) {
+			continue
+		}
+		if t, ok := tickTime(st.values[n.Name()]); ok && t.After(st.now) && (next == nil || t.Before(*next)) {
+			next = &t
+		}
+	}
+	return next
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+// HistoryEntry is one entry of a historian's value.
+type HistoryEntry struct {
+	Node     string          `json:"node"`
+	Value    json.RawMessage `json:"value"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	Revision int64           `json:"revision"`
+	At       time.Time       `json:"at"`
+}
+
+// historianSeen is kept in a historian value's metadata: the revision of each tracked node that
+// it has recorded, so that entries dropped by MaxEntries are never recorded again.
+type historianSeen struct {
+	Seen map[string]int64 `json:"seen"`
+}
+
+// recordHistory adds an entry to a historian for each tracked node whose revision went up, newest
+// first, keeping at most MaxEntries. It reports whether the historian changed.
+func (s *Store) recordHistory(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, due graph.Values) (bool, error) {
+	if !n.Gate().Holds(due) {
+		return false, nil
+	}
+	var entries []HistoryEntry
+	seen := historianSeen{Seen: map[string]int64{}}
+	if v, ok := st.values[n.Name()]; ok {
+		if err := json.Unmarshal(v.Raw, &entries); err != nil {
+			return false, fmt.Errorf("reading historian %q: %w", n.Name(), err)
+		}
+		if len(v.Metadata) > 0 {
+			if err := json.Unmarshal(v.Metadata, &seen); err != nil {
+				return false, fmt.Errorf("reading historian %q: %w", n.Name(), err)
+			}
+		}
+	}
+	var added []HistoryEntry
+	for _, up := range n.Upstream() {
+		v, ok := st.values[up]
+		if !ok || v.Revision <= seen.Seen[up] {
+			continue
+		}
+		seen.Seen[up] = v.Revision
+		added = append(added, HistoryEntry{Node: up, Value: v.Raw, Metadata: v.Metadata, Revision: v.Revision, At: v.SetAt})
+	}
+	if len(added) == 0 {
+		return false, nil
+	}
+	sort.SliceStable(added, func(i, j int) bool { return added[i].Revision > added[j].Revision })
+	entries = append(added, entries...)
+	if max := n.Settings().MaxEntries; len(entries) > max {
+		entries = entries[:max]
+	}
+	raw, err := json.Marshal(entries)
+	if err != nil {
+		return false, fmt.Errorf("writing historian %q: %w", n.Name(), err)
+	}
+	meta, err := json.Marshal(seen)
+	if err != nil {
+		return false, fmt.Errorf("writing historian %q: %w", n.Name(), err)
+	}
+	st.revision++
+	return s.upsertValue(ctx, tx, st, n.Name(), raw, meta, st.revision)
+}
+
+// archiveByNode archives the execution, as an archive node whose gate holds does. The node's
+// value is the time of archiving, in Unix milliseconds.
+func (s *Store) archiveByNode(ctx context.Context, tx bun.IDB, st *execState, name string) error {
+	st.revision++
+	if _, err := s.upsertValue(ctx, tx, st, name, json.RawMessage(strconv.FormatInt(st.now.UnixMilli(), 10)), nil, st.revision); err != nil {
+		return err
+	}
+	return s.setArchived(ctx, tx, st, true)
+}
+
+func (s *Store) setArchived(ctx context.Context, tx bun.IDB, st *execState, archived bool) error {
+	var at *time.Time
+	if archived {
+		at = &st.now
+	}
+	_, err := tx.NewRaw(s.q("UPDATE {s}.executions SET archived_at = ? WHERE id = ?"), at, st.exec.ID).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("archiving %s: %w", st.exec.ID, err)
+	}
+	st.exec.ArchivedAt = at
+	return nil
+}

@@ -1,0 +1,261 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// ErrNotFailed means Retry was asked for a node that has not failed.
+var ErrNotFailed = errors.New("journey: node has not failed")
+
+// SetArchived archives or unarchives an execution. Archived executions are left out of listings
+// and loads, and their computations are neither claimed nor swept.
+func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error {
+	return s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		st, err := s.load(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if (st.exec.ArchivedAt != nil) == archived {
+			return nil
+		}
+		if err := s.setArchived(ctx, tx, st, archived); err != nil {
+			return err
+		}
+		st.revision++
+		st.changed = true
+		if !archived {
+			st.work = true // its available computations may be claimed again
+		}
+		return s.finish(ctx, tx, st)
+	})
+}
+
+// Retry gives a node that used up its attempts a fresh budget: a new first attempt.
+func (s *Store) Retry(ctx context.Context, id, node string) error {
+	return s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		st, err := s.load(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		n, ok := st.g.Node(node)
+		if !ok {
+			return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), node)
+		}
+		latest := st.latest[node]
+		if latest == nil || !latest.failedForGood() {
+			return fmt.Errorf("%w: node %q of %s; only a node whose attempts are used up can be retried", ErrNotFailed, node, id)
+		}
+		c, err := s.insertComputation(ctx, tx, st, n, 1, signature(Signature(n, st.values)), 0)
+		if err != nil {
+			return err
+		}
+		st.latest[node] = c
+		st.changed = true
+		return s.finish(ctx, tx, st)
+	})
+}
+
+// WakeDue advances up to limit executions whose next tick has come due, and returns how many it
+// advanced. Any replica may call it; the executions' locks serialise the work.
+func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
+	var ids []string
+	err := s.db.NewRaw(s.q(`SELECT id FROM {s}.executions
+		WHERE wake_at <= coalesce(?::timestamptz, now()) AND archived_at IS NULL
+		ORDER BY wake_at LIMIT ?`), s.clock.NowOrNil(), limit).Scan(ctx, &ids)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("finding executions with due ticks: %w", err)
+	}
+	woken := 0
+	for _, id := range ids {
+		var st *execState
+		err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+			var err error
+			if st, err = s.load(ctx, tx, id); err != nil {
+				return err
+			}
+			if st.exec.WakeAt == nil || st.exec.WakeAt.After(st.now) || st.exec.ArchivedAt != nil {
+				st = nil // another replica got there first
+				return nil
+			}
+			if err := s.advance(ctx, tx, st); err != nil {
+				return err
+			}
+			return s.finish(ctx, tx, st)
+		})
+		if errors.Is(err, ErrUnknownGraph) {
+			continue // another replica serves it
+		}
+		if err != nil {
+			return woken, err
+		}
+		if st != nil {
+			woken++
+			s.fireSaved(st)
+		}
+	}
+	return woken, nil
+}
+
+// Change is one change of a value, for History.
+type Change struct {
+	Node     string          `bun:"node"`
+	Value    json.RawMessage `bun:"value"` // nil when the value was cleared
+	Metadata json.RawMessage `bun:"metadata"`
+	Revision int64           `bun:"revision"`
+	At       time.Time       `bun:"changed_at"`
+}
+
+// History lists every change of every value of an execution, oldest first.
+func (s *Store) History(ctx context.Context, id string) ([]Change, error) {
+	if _, err := s.LoadExecution(ctx, id); err != nil {
+		return nil, err
+	}
+	var out []Change
+	err := s.db.NewRaw(s.q(`SELECT node, value, metadata, revision, changed_at FROM {s}.value_history
+		WHERE execution_id = ? ORDER BY id`), id).Scan(ctx, &out)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("reading the history of %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// Filter operators of ListQuery.
+const (
+	OpEq     = "eq"
+	OpNeq    = "neq"
+	OpLt     = "lt"
+	OpLte    = "lte"
+	OpGt     = "gt"
+	OpGte    = "gte"
+	OpIn     = "in"
+	OpSet    = "set"
+	OpNotSet = "not_set"
+)
+
+var comparisons = map[string]string{OpEq: "=", OpNeq: "<>", OpLt: "<", OpLte: "<=", OpGt: ">", OpGte: ">="}
+
+// Filter keeps the executions whose node's value compares with Value (JSON-encoded) by Op.
+type Filter struct {
+	Node  string
+	Op    string
+	Value json.RawMessage   // for the comparisons
+	In    []json.RawMessage // for OpIn
+}
+
+// ListQuery selects executions. Filters and sorting run in SQL, on the jsonb values.
+type ListQuery struct {
+	Graph, Version  string
+	Filters         []Filter
+	OrderBy         string // a column (id, created_at, updated_at, revision) or a node; default created_at
+	Desc            bool
+	Limit, Offset   int
+	IncludeArchived bool
+}
+
+// Columns that ListQuery.OrderBy may name.
+var orderColumns = map[string]bool{"id": true, "created_at": true, "updated_at": true, "revision": true}
+
+// where builds the FROM and WHERE clauses of a listing.
+func (s *Store) where(q ListQuery) (string, []any, error) {
+	var b strings.Builder
+	var args []any
+	b.WriteString(s.q(" FROM {s}.executions e"))
+	if q.OrderBy != "" && !orderColumns[q.OrderBy] {
+		b.WriteString(s.q(` LEFT JOIN {s}."values" sv ON sv.execution_id = e.id AND sv.node = ?`))
+		args = append(args, q.OrderBy)
+	}
+	b.WriteString(" WHERE TRUE")
+	if q.Graph != "" {
+		b.WriteString(" AND e.graph_name = ?")
+		args = append(args, q.Graph)
+	}
+	if q.Version != "" {
+		b.WriteString(" AND e.graph_version = ?")
+		args = append(args, q.Version)
+	}
+	if !q.IncludeArchived {
+		b.WriteString(" AND e.archived_at IS NULL")
+	}
+	for _, f := range q.Filters {
+		value := s.q(`SELECT v.value FROM {s}."values" v WHERE v.execution_id = e.id AND v.node = ?`)
+		switch op, isCmp := comparisons[f.Op]; {
+		case isCmp:
+			b.WriteString(" AND (" + value + ") " + op + " ?::jsonb")
+			args = append(args, f.Node, string(f.Value))
+		case f.Op == OpIn:
+			args = append(args, f.Node)
+			list := make([]string, len(f.In))
+			for i, v := range f.In {
+				list[i] = "?::jsonb"
+				args = append(args, string(v))
+			}
+			if len(list) == 0 {
+				list = []string{"NULL"}
+			}
+			b.WriteString(" AND (" + value + ") IN (" + strings.Join(list, ", ") + ")")
+		case f.Op == OpSet:
+			b.WriteString(" AND EXISTS (" + value + ")")
+			args = append(args, f.Node)
+		case f.Op == OpNotSet:
+			b.WriteString(" AND NOT EXISTS (" + value + ")")
+			args = append(args, f.Node)
+		default:
+			return "", nil, fmt.Errorf("journey: unknown filter operator %q on node %q: use eq, neq, lt, lte, gt, gte, in, set or not_set", f.Op, f.Node)
+		}
+	}
+	return b.String(), args, nil
+}
+
+// ListExecutions returns the executions that match q.
+func (s *Store) ListExecutions(ctx context.Context, q ListQuery) ([]Execution, error) {
+	from, args, err := s.where(q)
+	if err != nil {
+		return nil, err
+	}
+	dir := "ASC"
+	if q.Desc {
+		dir = "DESC"
+	}
+	order := "e.created_at " + dir
+	switch {
+	case orderColumns[q.OrderBy]:
+		order = "e." + q.OrderBy + " " + dir
+	case q.OrderBy != "":
+		order = "sv.value " + dir + " NULLS LAST"
+	}
+	query := "SELECT e.*" + from + " ORDER BY " + order + ", e.id " + dir
+	if q.Limit > 0 {
+		query += " LIMIT ?"
+		args = append(args, q.Limit)
+	}
+	if q.Offset > 0 {
+		query += " OFFSET ?"
+		args = append(args, q.Offset)
+	}
+	var out []Execution
+	if err := s.db.NewRaw(query, args...).Scan(ctx, &out); err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("listing executions: %w", err)
+	}
+	return out, nil
+}
+
+// CountExecutions counts the executions that match q, ignoring its order, limit and offset.
+func (s *Store) CountExecutions(ctx context.Context, q ListQuery) (int64, error) {
+	q.OrderBy = ""
+	from, args, err := s.where(q)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := s.db.NewRaw("SELECT count(*)"+from, args...).Scan(ctx, &n); err != nil {
+		return 0, fmt.Errorf("counting executions: %w", err)
+	}
+	return n, nil
+}
