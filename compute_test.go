@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -206,6 +207,11 @@ func TestOnSaveFiresOncePerOutcome(t *testing.T) {
 		graph.Compute("doomed", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
 			return nil, errors.New("always")
 		}, graph.OnSave(record), graph.MaxAttempts(2), graph.Backoff(fastBackoff)),
+		graph.Compute("hung", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			<-ctx.Done() // until abandoned
+			return nil, ctx.Err()
+		}, graph.OnSave(record), graph.MaxAttempts(1), graph.AbandonAfter(200*time.Millisecond),
+			graph.Heartbeat(50*time.Millisecond, 150*time.Millisecond)),
 	})
 	rt := newRuntime(t, testConfig(t, g))
 	ctx := testCtx(t)
@@ -217,9 +223,11 @@ func TestOnSaveFiresOncePerOutcome(t *testing.T) {
 	require.NoError(t, err)
 	_, err = rt.Get(ctx, ex.ID, "doomed", journey.WaitAny())
 	require.ErrorIs(t, err, journey.ErrComputationFailed)
+	_, err = rt.Get(ctx, ex.ID, "hung", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
 
 	got := map[string][]graph.SaveEvent{}
-	for range 2 {
+	for range 3 {
 		select {
 		case e := <-events:
 			got[e.Node] = append(got[e.Node], e)
@@ -232,6 +240,8 @@ func TestOnSaveFiresOncePerOutcome(t *testing.T) {
 	require.Equal(t, "ok", got["flaky"][0].Value.String())
 	require.Len(t, got["doomed"], 1, "one error after exhaustion")
 	require.ErrorContains(t, got["doomed"][0].Err, "always")
+	require.Len(t, got["hung"], 1, "one error after abandonment")
+	require.ErrorContains(t, got["hung"][0].Err, "timed out")
 	require.NoError(t, rt.Stop(ctx)) // waits for the callbacks: no third event may follow
 	require.Empty(t, events)
 }
