@@ -2,6 +2,7 @@ package journey
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,10 @@ const (
 	DefaultReplicaHeartbeatInterval = actors.DefaultReplicaHeartbeatInterval
 	// DefaultReplicaStaleAfter is how old a replica's heartbeat may get before its work is reclaimed.
 	DefaultReplicaStaleAfter = actors.DefaultReplicaStaleAfter
+	// DefaultNotificationTimeout bounds one handler call or webhook request.
+	DefaultNotificationTimeout = 10 * time.Second
+	// DefaultMaxDeliveryAttempts is how often a notification is tried before it is DEAD.
+	DefaultMaxDeliveryAttempts = 10
 	// DefaultMaxConns is the pool size when the runtime opens the pool itself and the URL does
 	// not set pool_max_conns.
 	DefaultMaxConns = 20
@@ -67,6 +72,20 @@ type Config struct {
 	ReplicaStaleAfter time.Duration
 	// Logger receives the runtime's logs. Default slog.Default().
 	Logger *slog.Logger
+	// OnExecutionFailed is called once, across all replicas, when a node of an execution has used
+	// up its attempts; again only after Retry. An error retries the delivery with backoff.
+	// Delivery is at least once: use the event's IdempotencyKey to drop repeats. Default nil.
+	OnExecutionFailed func(ctx context.Context, e ExecutionEvent) error
+	// OnExecutionCompleted is called once when the graph's CompletesWhen gate holds and nothing
+	// is pending or running. Default nil.
+	OnExecutionCompleted func(ctx context.Context, e ExecutionEvent) error
+	// Webhooks receive the same events as signed HTTP POSTs of JSON. Default none.
+	Webhooks []Webhook
+	// NotificationTimeout bounds one handler call or webhook request. Default 10s.
+	NotificationTimeout time.Duration
+	// MaxDeliveryAttempts: a notification that failed this many times is marked DEAD, visibly in
+	// Notifications. Default 10.
+	MaxDeliveryAttempts int
 	// SkipMigrations skips the schema migrations at New, for deployments that run
 	// `journey migrate` themselves. Default false.
 	SkipMigrations bool
@@ -80,6 +99,9 @@ type TestConfig struct {
 	Clock clock.Clock
 	// Hooks reach into the actors.
 	Hooks actors.Hooks
+	// NotificationBackoff replaces the wait between delivery attempts (default: 1s, doubling,
+	// capped at 5 minutes).
+	NotificationBackoff func(attempts int) time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -92,6 +114,11 @@ func (c Config) withDefaults() Config {
 	c.ReplicaStaleAfter = cmp.Or(c.ReplicaStaleAfter, DefaultReplicaStaleAfter)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	c.NotificationTimeout = cmp.Or(c.NotificationTimeout, DefaultNotificationTimeout)
+	c.MaxDeliveryAttempts = cmp.Or(c.MaxDeliveryAttempts, DefaultMaxDeliveryAttempts)
+	if c.Test.NotificationBackoff == nil {
+		c.Test.NotificationBackoff = deliveryBackoff
 	}
 	if c.Test.Clock == nil {
 		c.Test.Clock = clock.Real{}
@@ -132,6 +159,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("config: ReplicaStaleAfter (%v) must be more than twice ReplicaHeartbeatInterval (%v), or live replicas would be taken for dead",
 			c.ReplicaStaleAfter, c.ReplicaHeartbeatInterval))
 	}
+	errs = append(errs, validateWebhooks(c.Webhooks)...)
 	if c.MaxWorkers < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))
 	}

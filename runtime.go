@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,8 @@ type Runtime struct {
 	listener   *actor.PID
 	sweeper    *actor.PID
 	replica    *actor.PID
+	delivery   *actor.PID
+	http       *http.Client
 	cancelBase context.CancelFunc
 	running    sync.WaitGroup // computation goroutines
 	saves      sync.WaitGroup // OnSave callbacks
@@ -99,6 +102,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	store, err := persistence.New(persistence.Config{
 		DB: db, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger, OnSave: r.fireSave,
+		Targets: cfg.targets(),
 	})
 	if err != nil {
 		r.closePool()
@@ -127,6 +131,14 @@ func (r *Runtime) start() {
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
 		StaleAfter: r.cfg.ReplicaStaleAfter, Dispatcher: r.dispatcher, Logger: r.logger,
 	}))
+	r.http = &http.Client{Timeout: r.cfg.NotificationTimeout}
+	r.delivery = root.Spawn(actors.NewDelivery(actors.DeliveryConfig{
+		Store: r.store,
+		Policy: persistence.DeliveryPolicy{
+			Targets: r.cfg.deliveryTargets(), Backoff: r.cfg.Test.NotificationBackoff, MaxAttempts: r.cfg.MaxDeliveryAttempts,
+		},
+		Send: r.send, Timeout: r.cfg.NotificationTimeout, PollInterval: r.cfg.PollInterval, Logger: r.logger,
+	}))
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
 	connCfg := r.pool.Config().ConnConfig
 	r.listener = root.Spawn(actors.NewListener(actors.ListenerConfig{
@@ -136,8 +148,10 @@ func (r *Runtime) start() {
 		OnExecution: func(id string) {
 			r.waiters.wake(id)
 		},
+		OnNotice: func() { root.Send(r.delivery, actors.Wake{}) },
 		OnReconnect: func() {
 			wake()
+			root.Send(r.delivery, actors.Wake{})
 			r.waiters.wakeAll()
 		},
 		Logger: r.logger,
@@ -202,7 +216,7 @@ func (r *Runtime) stop(ctx context.Context) error {
 		}
 	}
 	r.cancelBase()
-	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.listener} {
+	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.delivery, r.listener} {
 		if err := r.system.Root.PoisonFuture(pid).Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping actor %s: %w", pid.Id, err))
 		}

@@ -21,6 +21,8 @@ type ListenerConfig struct {
 	OnWork func()
 	// OnExecution is called when a value or a node's outcome changed in an execution.
 	OnExecution func(id string)
+	// OnNotice is called when a lifecycle notification was claimed.
+	OnNotice func()
 	// OnReconnect is called after the connection was re-established: notifications may have been
 	// missed, so everyone should look again.
 	OnReconnect func()
@@ -97,6 +99,8 @@ func (l *listener) listen(ctx context.Context, first bool) error {
 		switch {
 		case n.Payload == persistence.PayloadWork:
 			l.cfg.OnWork()
+		case n.Payload == persistence.PayloadNotice:
+			l.cfg.OnNotice()
 		case strings.HasPrefix(n.Payload, persistence.PayloadExecution):
 			l.cfg.OnExecution(strings.TrimPrefix(n.Payload, persistence.PayloadExecution))
 		}

@@ -277,6 +277,9 @@ func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState
 // finish writes the execution's revision back and queues the notifications. The caller commits
 // and then calls fireSaved.
 func (s *Store) finish(ctx context.Context, tx bun.IDB, st *execState) error {
+	if err := s.claimCompletion(ctx, tx, st); err != nil {
+		return err
+	}
 	if st.promote {
 		n, err := s.promote(ctx, tx, st.now)
 		if err != nil {

@@ -223,6 +223,9 @@ func (s *Store) afterFailure(ctx context.Context, tx bun.IDB, st *execState, c *
 	}
 	st.latest[c.Node] = c
 	st.changed = true // waiters on this node learn that it failed
+	if err := s.claimEvent(ctx, tx, st, EventFailed); err != nil {
+		return err
+	}
 	if n.Settings().OnSave != nil || st.g.OnSave() != nil {
 		st.saved = append(st.saved, graph.SaveEvent{
 			ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: c.Node,

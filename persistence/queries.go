@@ -58,6 +58,11 @@ func (s *Store) Retry(ctx context.Context, id, node string) error {
 		}
 		st.latest[node] = c
 		st.changed = true
+		// A new failure phase: a later failure is notified again.
+		_, err = tx.NewRaw(s.q("UPDATE {s}.executions SET failure_phase = failure_phase + 1 WHERE id = ?"), id).Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("re-arming the failure notification of %s: %w", id, err)
+		}
 		return s.finish(ctx, tx, st)
 	})
 }

@@ -67,6 +67,9 @@ type Config struct {
 	// OnSave is called after a commit for each saved value and each final failure. It must not
 	// block; the runtime hands the event to a goroutine of its own.
 	OnSave func(g *graph.Graph, e graph.SaveEvent)
+	// Targets lists, for each lifecycle event, where its claim sends it: TargetHandler and
+	// webhook URLs. Replicas are expected to share this configuration.
+	Targets map[string][]string
 }
 
 // Store is the database layer of one replica.
@@ -80,6 +83,7 @@ type Store struct {
 	clock      clock.Clock
 	logger     *slog.Logger
 	onSave     func(g *graph.Graph, e graph.SaveEvent)
+	targets    map[string][]string
 	sweepKey   string
 	promoteKey string
 }
@@ -102,6 +106,7 @@ func New(cfg Config) (*Store, error) {
 		clock:      cfg.Clock,
 		logger:     cfg.Logger,
 		onSave:     cfg.OnSave,
+		targets:    cfg.Targets,
 		sweepKey:   "journey-sweep:" + schema,
 		promoteKey: "journey-promote:" + schema,
 	}
@@ -178,6 +183,8 @@ type Execution struct {
 	UpdatedAt    time.Time  `bun:"updated_at"`
 	// WakeAt is when the execution must be advanced again without a write: its next due tick.
 	WakeAt *time.Time `bun:"wake_at"`
+	// FailurePhase counts the Retry calls, each of which re-arms the failure notification.
+	FailurePhase int `bun:"failure_phase"`
 }
 
 // Computation is a row of the computations table: one attempt of one node.

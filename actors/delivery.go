@@ -1,0 +1,78 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
+
+	"github.com/journey-go/journey/persistence"
+)
+
+// maxDeliveriesPerRound bounds one round of deliveries, so that the actor reads its mailbox (a
+// stop, say) between rounds.
+const maxDeliveriesPerRound = 100
+
+// DeliveryConfig configures the notification delivery actor of one replica.
+type DeliveryConfig struct {
+	Store  *persistence.Store
+	Policy persistence.DeliveryPolicy
+	// Send delivers one notice to its target; an error means it will be retried.
+	Send func(ctx context.Context, n *persistence.Notice) error
+	// Timeout bounds one delivery's transaction, the send included.
+	Timeout time.Duration
+	// PollInterval is the fallback for missed notifications.
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+type deliveryTick struct{}
+
+// delivery sends the notifications in the outbox. NOTIFY wakes it when a claim is written, and a
+// poll catches retries that come due and anything a notification missed.
+type delivery struct {
+	cfg    DeliveryConfig
+	logger *slog.Logger
+	cancel scheduler.CancelFunc
+}
+
+// NewDelivery returns the props of the delivery actor.
+func NewDelivery(cfg DeliveryConfig) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &delivery{cfg: cfg, logger: cfg.Logger.With("service", "delivery")}
+	})
+}
+
+// Receive implements actor.Actor.
+func (d *delivery) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		d.cancel = scheduler.NewTimerScheduler(ctx).SendRepeatedly(d.cfg.PollInterval, d.cfg.PollInterval, ctx.Self(), deliveryTick{})
+	case Wake, deliveryTick:
+		d.runOnce()
+	case *actor.Stopping:
+		d.cancel()
+	}
+}
+
+// runOnce delivers what is due, up to a bound.
+func (d *delivery) runOnce() {
+	for range maxDeliveriesPerRound {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Timeout+5*time.Second)
+		found, err := d.cfg.Store.DeliverOne(ctx, d.cfg.Policy, func(_ context.Context, n *persistence.Notice) error {
+			sctx, scancel := context.WithTimeout(ctx, d.cfg.Timeout)
+			defer scancel()
+			return d.cfg.Send(sctx, n)
+		})
+		cancel()
+		if err != nil {
+			d.logger.Warn("delivering notifications failed", "error", err)
+			return
+		}
+		if !found {
+			return
+		}
+	}
+}
