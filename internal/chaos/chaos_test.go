@@ -4,7 +4,10 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,7 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/actors"
+	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/persistence"
 )
@@ -154,4 +159,54 @@ func TestPostgresRestartLeavesNothingStuck(t *testing.T) {
 	took := c.waitDone(t, 200, 2*time.Minute)
 	t.Logf("200 executions across a PostgreSQL restart: done %v after it", took.Round(time.Millisecond))
 	c.audit(t, append(ids, more...))
+}
+
+func TestCrashBetweenClaimAndDeliveryLosesNoNotification(t *testing.T) {
+	cfg := defaults()
+	cfg.BlockingHandler = true
+	c := newCluster(t, pgtest.URL(t), cfg)
+	w := c.start(t, "notifier")
+	ids := c.submit(t, 1)
+	_, err := c.store.SetValues(context.Background(), ids[0], map[string]json.RawMessage{"n": json.RawMessage("-1")}, nil, nil)
+	require.NoError(t, err)
+
+	// The worker claimed the failure and entered its handler; it dies before marking the delivery.
+	w.waitFor(t, "the handler to be called", func(w *worker) bool { return w.count("handling ") > 0 })
+	w.signal(t, syscall.SIGKILL)
+	key := strings.TrimPrefix(lineWith(w, "handling "), "handling ")
+
+	got := make(chan journey.ExecutionEvent, 10)
+	rt, err := journey.New(context.Background(), journey.Config{
+		DatabaseURL: c.cfg.URL, Schema: c.cfg.Schema, ReplicaID: "survivor",
+		Graphs: []*graph.Graph{c.g}, PollInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnExecutionFailed: func(ctx context.Context, e journey.ExecutionEvent) error {
+			got <- e
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Stop(context.Background())) })
+	select {
+	case e := <-got:
+		require.Equal(t, key, e.IdempotencyKey, "the same idempotency key at every delivery")
+		require.Equal(t, ids[0], e.ExecutionID)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the other replica never delivered the event")
+	}
+	ns, err := rt.Notifications(context.Background(), ids[0])
+	require.NoError(t, err)
+	require.Len(t, ns, 1, "one claim")
+	require.Len(t, ns[0].Deliveries, 1)
+}
+
+func lineWith(w *worker, prefix string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range w.lines {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
 }

@@ -5,6 +5,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -44,6 +45,9 @@ type workerConfig struct {
 	WorkMin, WorkMax       int64
 	StopGrace              int64
 	MaxAttempts            int
+	// BlockingHandler gives the worker an OnExecutionFailed handler that says "handling <key>"
+	// and then blocks.
+	BlockingHandler bool
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -60,6 +64,9 @@ func chaosGraph(cfg workerConfig) *graph.Graph {
 		graph.Input("n"),
 		graph.Compute("work", graph.Needs("n"), func(ctx context.Context, in graph.Values) (any, error) {
 			n := in.Int("n")
+			if n < 0 {
+				return nil, graph.Permanent(errors.New("negative input"))
+			}
 			d := ms(cfg.WorkMin)
 			if span := cfg.WorkMax - cfg.WorkMin; span > 0 {
 				d += ms((n * 37) % span)
@@ -93,7 +100,16 @@ func runWorker(raw string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	var onFailed func(context.Context, journey.ExecutionEvent) error
+	if cfg.BlockingHandler {
+		onFailed = func(ctx context.Context, e journey.ExecutionEvent) error {
+			say("handling %s", e.IdempotencyKey)
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	}
 	rt, err := journey.New(ctx, journey.Config{
+		OnExecutionFailed: onFailed, NotificationTimeout: time.Minute,
 		DatabaseURL: cfg.URL, Schema: cfg.Schema, ReplicaID: cfg.ReplicaID,
 		Graphs:     []*graph.Graph{chaosGraph(cfg)},
 		MaxWorkers: cfg.MaxWorkers, PollInterval: ms(cfg.Poll), SweepInterval: ms(cfg.Sweep),
