@@ -6,6 +6,9 @@
 //     stops, and writes the result through the fenced Store methods;
 //   - its Watchdog, a child spawned in Started, extends the computation's heartbeat deadline every
 //     interval and cancels the computation when the claim is lost or can no longer be kept;
+//   - the heartbeat batcher extends the heartbeats of all the watchdogs in one UPDATE per flush;
+//   - the replica heartbeat upserts the replica's row, and pauses claiming while it fails;
+//   - the delivery actor sends the lifecycle notifications in the outbox;
 //   - the Listener holds the dedicated LISTEN connection and fans notifications out.
 //
 // Every actor that owns others is spawned with a Stop supervisor strategy: a restart would run a

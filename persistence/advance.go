@@ -39,6 +39,40 @@ func (r valueRow) toValue() graph.Value {
 	return graph.Value{Raw: r.Value, Revision: r.Revision, SetAt: r.SetAt, Metadata: r.Metadata}
 }
 
+// write runs fn on execution id, locked and loaded, in a transaction that then writes the
+// execution back (finish); after the commit it fires the OnSave events. before, if not nil, runs
+// first in the same transaction: a fenced write that must lock its computation row before the
+// execution is locked, as the lock order demands.
+func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.Tx) error,
+	fn func(ctx context.Context, tx bun.Tx, st *execState) error) error {
+	var done *execState
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		done = nil
+		if before != nil {
+			if err := before(ctx, tx); err != nil {
+				return err
+			}
+		}
+		st, err := s.load(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := fn(ctx, tx, st); err != nil {
+			return err
+		}
+		if err := s.finish(ctx, tx, st); err != nil {
+			return err
+		}
+		done = st
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.fireSaved(done)
+	return nil
+}
+
 // load locks the execution and reads what advancing it needs.
 func (s *Store) load(ctx context.Context, tx bun.IDB, id string) (*execState, error) {
 	if err := s.lockExecution(ctx, tx, id); err != nil {

@@ -138,19 +138,13 @@ func (s *Store) fence(ctx context.Context, tx bun.IDB, c *Computation, state str
 // if the claim was lost it writes nothing and returns ErrClaimLost. used holds the upstream
 // revisions the function read. A value equal to the stored one keeps its revision.
 func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMessage, used map[string]int64) error {
-	var st *execState
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if err := s.fence(ctx, tx, c, StateSuccess, nil, used); err != nil {
-			return err
-		}
-		var err error
-		if st, err = s.load(ctx, tx, c.ExecutionID); err != nil {
-			return err
-		}
+	fence := func(ctx context.Context, tx bun.Tx) error { return s.fence(ctx, tx, c, StateSuccess, nil, used) }
+	return s.write(ctx, c.ExecutionID, fence, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		st.revision++
 		st.promote = c.gated() // its slot is free
 		n, _ := st.g.Node(c.Node)
-		if !n.Gate().Holds(st.values) {
+		switch {
+		case !n.Gate().Holds(st.values):
 			reason := "canceled: gate no longer holds"
 			_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"),
 				StateCanceled, reason, c.ID).Exec(ctx)
@@ -158,51 +152,30 @@ func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMes
 				return fmt.Errorf("canceling computation %d: %w", c.ID, err)
 			}
 			c.State, c.Error = StateCanceled, &reason
-		} else if n.Kind() == graph.KindMutate {
+		case n.Kind() == graph.KindMutate:
 			if err := s.mutate(ctx, tx, st, n, result); err != nil {
 				return err
 			}
-		} else if _, err := s.upsertValue(ctx, tx, st, c.Node, result, nil, st.revision); err != nil {
-			return err
+		default:
+			if _, err := s.upsertValue(ctx, tx, st, c.Node, result, nil, st.revision); err != nil {
+				return err
+			}
 		}
 		st.latest[c.Node] = c
-		if err := s.advance(ctx, tx, st); err != nil {
-			return err
-		}
-		return s.finish(ctx, tx, st)
+		return s.advance(ctx, tx, st)
 	})
-	if err != nil {
-		return err
-	}
-	s.fireSaved(st)
-	return nil
 }
 
 // Fail records a failed attempt, fenced by the claim. While attempts remain and the error is not
 // permanent, the next attempt is created with the node's backoff; otherwise the node has failed.
 func (s *Store) Fail(ctx context.Context, c *Computation, cause error) error {
 	msg := cause.Error()
-	var st *execState
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if err := s.fence(ctx, tx, c, StateFailed, &msg, nil); err != nil {
-			return err
-		}
-		var err error
-		if st, err = s.load(ctx, tx, c.ExecutionID); err != nil {
-			return err
-		}
+	fence := func(ctx context.Context, tx bun.Tx) error { return s.fence(ctx, tx, c, StateFailed, &msg, nil) }
+	return s.write(ctx, c.ExecutionID, fence, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		st.revision++
 		st.promote = c.gated() // its slot is free
-		if err := s.afterFailure(ctx, tx, st, c, cause, graph.IsPermanent(cause)); err != nil {
-			return err
-		}
-		return s.finish(ctx, tx, st)
+		return s.afterFailure(ctx, tx, st, c, cause, graph.IsPermanent(cause))
 	})
-	if err != nil {
-		return err
-	}
-	s.fireSaved(st)
-	return nil
 }
 
 // afterFailure schedules the next attempt of a failed or abandoned computation, or, when its

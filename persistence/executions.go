@@ -31,28 +31,27 @@ func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution
 		return nil, fmt.Errorf("%w: %q version %q; add it to Config.Graphs", ErrUnknownGraph, g.Name(), g.Version())
 	}
 	id := newID(g.IDPrefix())
-	var st *execState
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+	var exec Execution
+	insert := func(ctx context.Context, tx bun.Tx) error {
 		_, err := tx.NewRaw(s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, created_at, updated_at)
 			VALUES (?, ?, ?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()))`),
 			id, g.Name(), g.Version(), s.clock.NowOrNil(), s.clock.NowOrNil()).Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("creating execution: %w", err)
 		}
-		if st, err = s.load(ctx, tx, id); err != nil {
-			return err
-		}
+		return nil
+	}
+	err := s.write(ctx, id, insert, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		if err := s.advance(ctx, tx, st); err != nil {
 			return err
 		}
-		return s.finish(ctx, tx, st)
+		exec = st.exec
+		exec.Revision = st.revision
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.fireSaved(st)
-	exec := st.exec
-	exec.Revision = st.revision
 	return &exec, nil
 }
 
@@ -78,20 +77,17 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 		nodes = append(nodes, name)
 	}
 	sort.Strings(nodes)
-	var st *execState
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		if st, err = s.load(ctx, tx, id); err != nil {
-			return err
-		}
+	var rev int64
+	err := s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		for _, name := range append(append([]string(nil), nodes...), unset...) {
 			if err := checkInput(st.g, name); err != nil {
 				return err
 			}
 		}
+		st.revision++ // every change below is at this revision; taken back if nothing changes
 		changed := false
 		for _, name := range nodes {
-			ok, err := s.upsertValue(ctx, tx, st, name, set[name], meta, st.revision+1)
+			ok, err := s.upsertValue(ctx, tx, st, name, set[name], meta, st.revision)
 			if err != nil {
 				return err
 			}
@@ -107,19 +103,18 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 			changed = true
 		}
 		if !changed {
+			st.revision--
+			rev = st.revision
 			return nil
 		}
-		st.revision++
-		if err := s.advance(ctx, tx, st); err != nil {
-			return err
-		}
-		return s.finish(ctx, tx, st)
+		err := s.advance(ctx, tx, st)
+		rev = st.revision
+		return err
 	})
 	if err != nil {
 		return 0, err
 	}
-	s.fireSaved(st)
-	return st.revision, nil
+	return rev, nil
 }
 
 func checkInput(g *graph.Graph, name string) error {

@@ -17,11 +17,7 @@ var ErrNotFailed = errors.New("journey: node has not failed")
 // SetArchived archives or unarchives an execution. Archived executions are left out of listings
 // and loads, and their computations are neither claimed nor swept.
 func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error {
-	return s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		st, err := s.load(ctx, tx, id)
-		if err != nil {
-			return err
-		}
+	return s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		if (st.exec.ArchivedAt != nil) == archived {
 			return nil
 		}
@@ -30,20 +26,14 @@ func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error
 		}
 		st.revision++
 		st.changed = true
-		if !archived {
-			st.work = true // its available computations may be claimed again
-		}
-		return s.finish(ctx, tx, st)
+		st.work = !archived // its available computations may be claimed again
+		return nil
 	})
 }
 
 // Retry gives a node that used up its attempts a fresh budget: a new first attempt.
 func (s *Store) Retry(ctx context.Context, id, node string) error {
-	return s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		st, err := s.load(ctx, tx, id)
-		if err != nil {
-			return err
-		}
+	return s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		n, ok := st.g.Node(node)
 		if !ok {
 			return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), node)
@@ -63,7 +53,7 @@ func (s *Store) Retry(ctx context.Context, id, node string) error {
 		if err != nil {
 			return fmt.Errorf("re-arming the failure notification of %s: %w", id, err)
 		}
-		return s.finish(ctx, tx, st)
+		return nil
 	})
 }
 
@@ -77,35 +67,15 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("finding executions with due ticks: %w", err)
 	}
-	woken := 0
-	for _, id := range ids {
-		var st *execState
-		err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-			var err error
-			if st, err = s.load(ctx, tx, id); err != nil {
-				return err
-			}
-			if st.exec.WakeAt == nil || st.exec.WakeAt.After(st.now) || st.exec.ArchivedAt != nil {
-				st = nil // another replica got there first
-				return nil
-			}
-			if err := s.advance(ctx, tx, st); err != nil {
-				return err
-			}
-			return s.finish(ctx, tx, st)
+	for i, id := range ids {
+		err := s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
+			return s.advance(ctx, tx, st) // a no-op if another replica got there first
 		})
-		if errors.Is(err, ErrUnknownGraph) {
-			continue // another replica serves it
-		}
-		if err != nil {
-			return woken, err
-		}
-		if st != nil {
-			woken++
-			s.fireSaved(st)
+		if err != nil && !errors.Is(err, ErrUnknownGraph) { // another replica serves it
+			return i, err
 		}
 	}
-	return woken, nil
+	return len(ids), nil
 }
 
 // Change is one change of a value, for History.
