@@ -36,8 +36,8 @@
 //	rev, err = rt.Set(ctx, ex.ID, "email", "mario@example.com")
 //	greeting, err := journey.GetAs[string](ctx, rt, ex.ID, "greeting", journey.WaitAny())
 //
-// Values, Computations and Summarize show what an execution holds, what ran, and what each
-// pending node waits for. Errors match the sentinels with errors.Is: ErrNotFound, ErrNotSet,
+// Values, History, Computations and Summarize show what an execution holds, how it changed, what
+// ran, and what each pending node waits for; List and Count find executions by their values. Errors match the sentinels with errors.Is: ErrNotFound, ErrNotSet,
 // ErrComputationFailed and the others.
 //
 // # Replicas
@@ -58,8 +58,22 @@
 // # The sweeper
 //
 // Every SweepInterval (default 5s) one replica at a time sweeps: it abandons running
-// computations past either deadline, with an audit reason, and retries them with backoff up to
-// graph.MaxAttempts (default 3), or fails the node; it also promotes retries that are due.
+// computations past either deadline, or held by a replica whose heartbeat is older than
+// ReplicaStaleAfter, with an audit reason, and retries them with backoff up to
+// graph.MaxAttempts (default 3), or fails the node; it also promotes retries that are due, and
+// advances executions whose ticks came due.
+//
+// # Gating
+//
+// A computation with a graph.ConcurrencyKey or a graph.MaxParallel limit waits PENDING until it
+// fits; the promotion to AVAILABLE is serialised across replicas, so a key never has two holders
+// and a limit is never exceeded. Other work is available at once.
+//
+// # Notifications
+//
+// Config.OnExecutionFailed, Config.OnExecutionCompleted and Config.Webhooks receive lifecycle
+// events, claimed exactly once across replicas and delivered at least once, with an idempotency
+// key that is the same at every delivery. VerifyWebhook checks a webhook's signature.
 //
 // # Fencing
 //
