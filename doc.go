@@ -44,7 +44,8 @@
 //
 // Any number of processes may run a Runtime on the same database and schema. Each is a replica:
 // it claims available computations of the graphs in its Config.Graphs, up to MaxWorkers at a
-// time, and any replica can set and read any execution. Stop is graceful: running computations
+// time. Any replica can read any execution; writing one (Set, Retry, ...) needs a replica that
+// serves its graph, since writes advance the graph. Stop is graceful: running computations
 // finish until its context ends, and what is left is released for another replica to take over
 // without losing an attempt.
 //
