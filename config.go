@@ -35,6 +35,14 @@ const (
 	// DefaultMaxConns is the pool size when the runtime opens the pool itself and the URL does
 	// not set pool_max_conns.
 	DefaultMaxConns = 20
+	// DefaultIdleInTransactionTimeout bounds how long the runtime's sessions may sit idle inside a
+	// transaction before PostgreSQL ends them.
+	DefaultIdleInTransactionTimeout = 30 * time.Second
+	// DefaultLockTimeout bounds how long the runtime's background work waits for a lock.
+	DefaultLockTimeout = 3 * time.Second
+	// DefaultRetention is how long finished attempts, value history and delivered notifications
+	// are kept.
+	DefaultRetention = sweeper.DefaultRetention
 )
 
 // Config configures a Runtime. The zero value of every field but DatabaseURL (or Pool) and
@@ -86,6 +94,25 @@ type Config struct {
 	// MaxDeliveryAttempts: a notification that failed this many times is marked DEAD, visibly in
 	// Notifications. Default 10.
 	MaxDeliveryAttempts int
+	// IdleInTransactionTimeout is PostgreSQL's idle_in_transaction_session_timeout on the
+	// runtime's own connections. A replica frozen inside a transaction (SIGSTOP, a long GC pause,
+	// a VM migration) holds that transaction's locks, and PostgreSQL sees an idle session, not a
+	// dead one; after this long, it ends the session and frees the locks, so that other replicas
+	// go on. The runtime's transactions never wait on the application, and a notification's
+	// delivery extends it for itself. Default 30s; negative leaves the server's setting. With
+	// Config.Pool, set it on that pool's connections yourself.
+	IdleInTransactionTimeout time.Duration
+	// LockTimeout is PostgreSQL's lock_timeout for the runtime's background work: sweeps, tick
+	// wake-ups and promotions give up on a lock held longer (by a frozen replica, say), and try
+	// again at their next pass, instead of stalling every replica behind it. Calls such as Set,
+	// and the recording of a computation's outcome, wait for as long as their context allows.
+	// Default 3s.
+	LockTimeout time.Duration
+	// Retention: finished attempts (all but the newest of each node, which decides what runs
+	// next), value history and delivered notifications older than this are deleted by the
+	// sweeper, in batches. Values, historians and notification claims are kept. Default 7 days;
+	// negative keeps everything forever.
+	Retention time.Duration
 	// SkipMigrations skips the schema migrations at New, for deployments that run
 	// `journey migrate` themselves. Default false.
 	SkipMigrations bool
@@ -99,6 +126,8 @@ type TestConfig struct {
 	Clock clock.Clock
 	// Hooks reach into the actors.
 	Hooks actors.Hooks
+	// StoreHooks reach into the database layer.
+	StoreHooks persistence.Hooks
 	// NotificationBackoff replaces the wait between delivery attempts (default: 1s, doubling,
 	// capped at 5 minutes).
 	NotificationBackoff func(attempts int) time.Duration
@@ -115,6 +144,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
+	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.NotificationTimeout = cmp.Or(c.NotificationTimeout, DefaultNotificationTimeout)
 	c.MaxDeliveryAttempts = cmp.Or(c.MaxDeliveryAttempts, DefaultMaxDeliveryAttempts)
 	if c.Test.NotificationBackoff == nil {
@@ -150,7 +182,8 @@ func (c Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"PollInterval", c.PollInterval}, {"SweepInterval", c.SweepInterval},
-		{"ReplicaHeartbeatInterval", c.ReplicaHeartbeatInterval}, {"ReplicaStaleAfter", c.ReplicaStaleAfter}} {
+		{"ReplicaHeartbeatInterval", c.ReplicaHeartbeatInterval}, {"ReplicaStaleAfter", c.ReplicaStaleAfter},
+		{"LockTimeout", c.LockTimeout}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative (%v): leave it zero for the default", d.name, d.v))
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,9 +43,12 @@ type Runtime struct {
 	pool    *pgxpool.Pool
 	ownPool bool
 	sqldb   *sql.DB
+	hbpool  *pgxpool.Pool // the heartbeats' own connections
+	hbsqldb *sql.DB
 	store   *persistence.Store
 	waiters *waiters
 
+	sweep      *sweeper.Sweeper
 	system     *actor.ActorSystem
 	dispatcher *actor.PID
 	listener   *actor.PID
@@ -83,17 +87,32 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if _, set := pcfg.ConnConfig.RuntimeParams["pool_max_conns"]; !set && pcfg.MaxConns < DefaultMaxConns {
 			pcfg.MaxConns = DefaultMaxConns
 		}
+		if cfg.IdleInTransactionTimeout > 0 {
+			pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.IdleInTransactionTimeout.Milliseconds(), 10)
+		}
 		if r.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 			return nil, fmt.Errorf("journey: opening the pool: %w", err)
 		}
 		r.ownPool = true
 	}
+	// The heartbeats get two connections of their own, so that a pool full of work cannot starve
+	// them.
+	hbcfg := r.pool.Config().Copy()
+	hbcfg.MaxConns, hbcfg.MinConns = 2, 0
+	hbpool, err := pgxpool.NewWithConfig(ctx, hbcfg)
+	if err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: opening the heartbeat pool: %w", err)
+	}
+	r.hbpool = hbpool
 	if err := r.pool.Ping(ctx); err != nil {
 		r.closePool()
 		return nil, fmt.Errorf("journey: connecting to PostgreSQL: %w", err)
 	}
 	r.sqldb = stdlib.OpenDBFromPool(r.pool)
+	r.hbsqldb = stdlib.OpenDBFromPool(r.hbpool)
 	db := bun.NewDB(r.sqldb, pgdialect.New())
+	hbdb := bun.NewDB(r.hbsqldb, pgdialect.New())
 	if !cfg.SkipMigrations {
 		if _, err := migrations.Migrate(ctx, db, cfg.Schema, r.logger); err != nil {
 			r.closePool()
@@ -101,15 +120,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 	}
 	store, err := persistence.New(persistence.Config{
-		DB: db, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger, OnSave: r.fireSave,
-		Targets: cfg.targets(),
+		DB: db, HeartbeatDB: hbdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
+		OnSave: r.fireSave, Targets: cfg.targets(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
 	})
 	if err != nil {
 		r.closePool()
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.store = store
-	if err := store.ReplicaHeartbeat(ctx, cfg.ReplicaID, cfg.ReplicaStaleAfter); err != nil {
+	if err := store.ReplicaHeartbeat(ctx, cfg.ReplicaID, cfg.ReplicaStaleAfter, true); err != nil {
 		r.closePool()
 		return nil, fmt.Errorf("journey: %w", err)
 	}
@@ -156,9 +175,10 @@ func (r *Runtime) start() {
 		},
 		Logger: r.logger,
 	}))
-	r.sweeper = root.Spawn(sweeper.New(sweeper.Config{
-		Store: r.store, Interval: r.cfg.SweepInterval, ReplicaStaleAfter: r.cfg.ReplicaStaleAfter, Logger: r.logger,
-	}).Props())
+	r.sweep = sweeper.New(sweeper.Config{
+		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.SweepInterval, Retention: r.cfg.Retention, Logger: r.logger,
+	})
+	r.sweeper = root.Spawn(r.sweep.Props())
 }
 
 // fireSave runs the OnSave callbacks of a committed change, the node's first and then the
@@ -225,6 +245,9 @@ func (r *Runtime) stop(ctx context.Context) error {
 	if err := r.store.DeleteReplica(dctx, r.cfg.ReplicaID); err != nil {
 		errs = append(errs, err)
 	}
+	if err := r.sweep.Release(dctx); err != nil {
+		errs = append(errs, err)
+	}
 	cancel()
 	if !waitGroup(&r.running, stopGrace) {
 		r.logger.Warn("some computations ignore their context and have not returned; their results will be dropped",
@@ -238,8 +261,13 @@ func (r *Runtime) stop(ctx context.Context) error {
 }
 
 func (r *Runtime) closePool() {
-	if r.sqldb != nil {
-		_ = r.sqldb.Close()
+	for _, db := range []*sql.DB{r.sqldb, r.hbsqldb} {
+		if db != nil {
+			_ = db.Close()
+		}
+	}
+	if r.hbpool != nil {
+		r.hbpool.Close()
 	}
 	if r.ownPool {
 		r.pool.Close()

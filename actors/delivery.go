@@ -35,8 +35,13 @@ type deliveryTick struct{}
 type delivery struct {
 	cfg    DeliveryConfig
 	logger *slog.Logger
+	timers *scheduler.TimerScheduler
 	cancel scheduler.CancelFunc
+	queued bool // a round is queued
 }
+
+// deliverNow runs a round of deliveries; wakes are folded into one queued round.
+type deliverNow struct{}
 
 // NewDelivery returns the props of the delivery actor.
 func NewDelivery(cfg DeliveryConfig) *actor.Props {
@@ -49,9 +54,19 @@ func NewDelivery(cfg DeliveryConfig) *actor.Props {
 func (d *delivery) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Started:
-		d.cancel = scheduler.NewTimerScheduler(ctx).SendRepeatedly(d.cfg.PollInterval, d.cfg.PollInterval, ctx.Self(), deliveryTick{})
-	case Wake, deliveryTick:
+		d.timers = scheduler.NewTimerScheduler(ctx)
+		d.cancel = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), deliveryTick{})
+	case Wake:
+		if !d.queued {
+			d.queued = true
+			ctx.Send(ctx.Self(), deliverNow{})
+		}
+	case deliverNow:
+		d.queued = false
 		d.runOnce()
+	case deliveryTick:
+		d.runOnce()
+		d.cancel = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), deliveryTick{})
 	case *actor.Stopping:
 		d.cancel()
 	}

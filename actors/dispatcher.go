@@ -50,15 +50,21 @@ type ClaimResult struct {
 
 type pollTick struct{}
 
+// claimNow runs a claim round. Wakes are folded into it, so that a burst of notifications queues
+// one round, not one each, and a StopClaiming never waits behind a long queue.
+type claimNow struct{}
+
 type dispatcher struct {
-	cfg        DispatcherConfig
-	running    map[string]bool // the PIDs of the computation actors
-	env        *computationEnv
-	logger     *slog.Logger
-	cancelPoll scheduler.CancelFunc
-	draining   bool
-	paused     bool // the replica heartbeat is failing
-	drained    chan struct{}
+	cfg         DispatcherConfig
+	running     map[string]bool // the PIDs of the computation actors
+	env         *computationEnv
+	logger      *slog.Logger
+	timers      *scheduler.TimerScheduler
+	cancelPoll  scheduler.CancelFunc
+	claimQueued bool
+	draining    bool
+	paused      bool // the replica heartbeat is failing
+	drained     chan struct{}
 }
 
 // NewDispatcher returns the props of a dispatcher actor.
@@ -88,9 +94,13 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		d.env.heartbeats = ctx.Spawn(heartbeatsProps(d.cfg.Store, d.cfg.ReplicaID, d.cfg.Logger))
-		d.cancelPoll = scheduler.NewTimerScheduler(ctx).SendRepeatedly(d.cfg.PollInterval, d.cfg.PollInterval, ctx.Self(), pollTick{})
+		d.timers = scheduler.NewTimerScheduler(ctx)
+		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
 		d.runOnce(ctx)
 	case Wake:
+		d.queueClaim(ctx)
+	case claimNow:
+		d.claimQueued = false
 		d.runOnce(ctx)
 	case pollTick:
 		if !d.draining {
@@ -101,21 +111,31 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 			cancel()
 		}
 		d.runOnce(ctx)
+		// The next poll is timed from the end of this one: a slow round never stacks up polls.
+		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
 	case *actor.Terminated:
 		delete(d.running, msg.Who.Id)
 		d.checkDrained(ctx)
-		d.runOnce(ctx)
+		d.queueClaim(ctx)
 	case Pause:
 		d.paused = true
 	case Resume:
 		d.paused = false
-		d.runOnce(ctx)
+		d.queueClaim(ctx)
 	case StopClaiming:
 		d.draining = true
 		d.checkDrained(ctx)
 		ctx.Respond((<-chan struct{})(d.drained))
 	case *actor.Stopping:
 		d.cancelPoll()
+	}
+}
+
+// queueClaim queues a claim round unless one is queued already.
+func (d *dispatcher) queueClaim(ctx actor.Context) {
+	if !d.claimQueued {
+		d.claimQueued = true
+		ctx.Send(ctx.Self(), claimNow{})
 	}
 }
 

@@ -18,8 +18,8 @@ type beatRequest struct {
 
 // beatResult answers a beatRequest.
 type beatResult struct {
-	alive bool
-	err   error
+	beat persistence.Beat
+	err  error
 }
 
 type flushBeats struct{}
@@ -64,12 +64,12 @@ func (h *heartbeats) flush(ctx actor.Context) {
 		refs[i] = r.ref
 	}
 	dbctx, cancel := context.WithTimeout(context.Background(), h.timeout)
-	alive, err := h.store.Heartbeat(dbctx, h.replicaID, refs)
+	beats, err := h.store.Heartbeat(dbctx, h.replicaID, refs)
 	cancel()
 	if err == nil {
-		h.logger.Debug("heartbeats extended", "count", len(refs), "alive", len(alive))
+		h.logger.Debug("heartbeats extended", "count", len(refs))
 	}
 	for _, r := range batch {
-		ctx.Send(r.replyTo, beatResult{alive: alive[r.ref.ID], err: err})
+		ctx.Send(r.replyTo, beatResult{beat: beats[r.ref.ID], err: err})
 	}
 }

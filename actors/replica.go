@@ -44,6 +44,7 @@ type replicaTick struct{}
 type replicaHeartbeat struct {
 	cfg     ReplicaConfig
 	logger  *slog.Logger
+	timers  *scheduler.TimerScheduler
 	cancel  scheduler.CancelFunc
 	failing bool
 }
@@ -66,17 +67,22 @@ func NewReplicaHeartbeat(cfg ReplicaConfig) *actor.Props {
 func (r *replicaHeartbeat) Receive(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Started:
-		r.cancel = scheduler.NewTimerScheduler(ctx).SendRepeatedly(r.cfg.Interval, r.cfg.Interval, ctx.Self(), replicaTick{})
+		r.timers = scheduler.NewTimerScheduler(ctx)
+		r.cancel = r.timers.SendOnce(r.cfg.Interval, ctx.Self(), replicaTick{})
 	case replicaTick:
 		r.runOnce(ctx)
+		r.cancel = r.timers.SendOnce(r.cfg.Interval, ctx.Self(), replicaTick{})
 	case *actor.Stopping, *actor.Restarting:
 		r.cancel()
 	}
 }
 
+// runOnce writes one heartbeat. A write may take up to half of StaleAfter, longer than an
+// interval: on a loaded machine a slow heartbeat still keeps the replica alive, where one given up
+// early (and its connection with it) would make the next slower still.
 func (r *replicaHeartbeat) runOnce(ctx actor.Context) {
-	hctx, cancel := context.WithTimeout(context.Background(), r.cfg.Interval)
-	err := r.cfg.Store.ReplicaHeartbeat(hctx, r.cfg.ReplicaID, r.cfg.StaleAfter)
+	hctx, cancel := context.WithTimeout(context.Background(), max(r.cfg.Interval, r.cfg.StaleAfter/2))
+	err := r.cfg.Store.ReplicaHeartbeat(hctx, r.cfg.ReplicaID, r.cfg.StaleAfter, false)
 	cancel()
 	switch {
 	case err != nil && !r.failing:

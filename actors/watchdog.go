@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -76,16 +77,23 @@ func (w *watchdog) beat(ctx actor.Context) {
 
 func (w *watchdog) handle(ctx actor.Context, res beatResult) {
 	switch {
-	case res.err != nil:
+	case res.err != nil || res.beat == persistence.BeatBusy:
+		// Not known to be alive: try again soon, while the heartbeat deadline can still be met.
 		w.failures++
 		retry := min(w.interval/4<<w.failures, w.interval)
+		cause := res.err
+		if cause == nil {
+			cause = errors.New("its row was locked")
+		}
 		if time.Since(w.lastOK)+retry >= w.timeout {
-			ctx.Send(ctx.Parent(), claimLost{reason: fmt.Sprintf("heartbeat deadline can no longer be met: %v", res.err)})
+			ctx.Send(ctx.Parent(), claimLost{reason: fmt.Sprintf("heartbeat deadline can no longer be met: %v", cause)})
 			return
 		}
-		w.logger.Warn("heartbeat failed; retrying", "error", res.err, "retry_in", retry)
+		if res.err != nil {
+			w.logger.Warn("heartbeat failed; retrying", "error", res.err, "retry_in", retry)
+		}
 		w.schedule(ctx, retry)
-	case !res.alive:
+	case res.beat == persistence.BeatLost:
 		ctx.Send(ctx.Parent(), claimLost{reason: "claim lost: the computation was abandoned or reclaimed"})
 	default:
 		w.lastOK, w.failures = time.Now(), 0

@@ -3,10 +3,12 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -25,6 +27,8 @@ type execState struct {
 	work     bool              // a computation became AVAILABLE: NOTIFY the dispatchers
 	changed  bool              // a value or a node's outcome changed: NOTIFY the waiters
 	promote  bool              // a gated attempt was created or freed a slot: promote now
+	// promoteLater: the promotion lock was busy, so promotion runs after the commit instead.
+	promoteLater bool
 }
 
 type valueRow struct {
@@ -70,6 +74,12 @@ func (s *Store) write(ctx context.Context, id string, before func(ctx context.Co
 		return err
 	}
 	s.fireSaved(done)
+	if done.promoteLater {
+		if _, err := s.PromoteDue(ctx); err != nil {
+			// The dispatchers' poll and the sweeper promote what this could not.
+			s.logger.Warn("promoting after a write failed", "execution_id", id, "error", err)
+		}
+	}
 	return nil
 }
 
@@ -99,18 +109,37 @@ func (s *Store) load(ctx context.Context, tx bun.IDB, id string) (*execState, er
 	if st.values, err = s.values(ctx, tx, id); err != nil {
 		return nil, err
 	}
-	var latest []*Computation
-	err = tx.NewRaw(s.q(`SELECT DISTINCT ON (node) * FROM {s}.computations
-		WHERE execution_id = ? ORDER BY node, id DESC`), id).Scan(ctx, &latest)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("loading computations of %s: %w", id, err)
-	}
-	st.latest = make(map[string]*Computation, len(latest))
-	for _, c := range latest {
-		st.latest[c.Node] = c
+	if st.latest, err = s.latestAttempts(ctx, tx, id, g); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
+
+// latestAttempts reads the newest attempt of each node of an execution. It reads one index entry
+// per node, so its cost does not grow with the attempts an execution has made over its life.
+func (s *Store) latestAttempts(ctx context.Context, db bun.IDB, id string, g *graph.Graph) (map[string]*Computation, error) {
+	var nodes []string
+	for _, n := range g.Nodes() {
+		if n.Kind() != graph.KindInput {
+			nodes = append(nodes, n.Name())
+		}
+	}
+	var rows []*Computation
+	err := db.NewRaw(s.q(latestAttemptsQuery), pgdialect.Array(nodes), id).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("loading computations of %s: %w", id, err)
+	}
+	latest := make(map[string]*Computation, len(rows))
+	for _, c := range rows {
+		latest[c.Node] = c
+	}
+	return latest, nil
+}
+
+// latestAttemptsQuery takes the nodes and the execution id.
+const latestAttemptsQuery = `SELECT c.* FROM unnest(?::text[]) AS n(node)
+	CROSS JOIN LATERAL (SELECT * FROM {s}.computations
+		WHERE execution_id = ? AND node = n.node ORDER BY id DESC LIMIT 1) c`
 
 func (s *Store) values(ctx context.Context, db bun.IDB, id string) (graph.Values, error) {
 	var rows []valueRow
@@ -198,67 +227,116 @@ func (s *Store) logChange(ctx context.Context, tx bun.IDB, st *execState, node s
 // Gates see two views of the values. Whether a node may run is judged on the due view, where a
 // tick counts as provided only once its time has come; whether a value must be cleared is judged
 // on all values, where a tick counts once it is set at all, so a paused tick wipes nothing.
+//
+// An archived execution gets no new computations; Unarchive advances it again. A gate that panics
+// fails its node, and the others advance as usual.
 func (s *Store) advance(ctx context.Context, tx bun.IDB, st *execState) error {
 	for again := true; again; {
 		again = false
 		due := st.dueView()
 		for _, name := range st.g.Order() {
 			n, _ := st.g.Node(name)
-			switch n.Kind() {
-			case graph.KindInput:
-				continue
-			case graph.KindHistorian:
-				changed, err := s.recordHistory(ctx, tx, st, n, due)
-				if err != nil {
-					return err
-				}
-				again = again || changed
-				continue
-			case graph.KindArchive:
-				if n.Gate().Holds(due) && !st.values.Has(name) {
-					if err := s.archiveByNode(ctx, tx, st, name); err != nil {
-						return err
-					}
-					again = true
-				}
-				continue
+			changed, err := s.advanceNode(ctx, tx, st, n, due)
+			var panicked *gatePanic
+			if errors.As(err, &panicked) {
+				err = s.failNode(ctx, tx, st, n, panicked.err)
 			}
-			if !n.Gate().Holds(st.values) {
-				if clearable(n) && st.values.Has(name) {
-					st.revision++
-					if err := s.deleteValue(ctx, tx, st, name); err != nil {
-						return err
-					}
-					again = true
-				}
-				continue
-			}
-			if !n.Gate().Holds(due) {
-				continue
-			}
-			latest := st.latest[name]
-			if latest != nil && latest.active() {
-				continue
-			}
-			sig := signature(Signature(n, st.values))
-			if latest != nil && parseSignature(latest.ComputedWith).equal(sig) {
-				if latest.failedForGood() {
-					continue // its attempts at these upstream revisions are used up
-				}
-				upToDate := st.values.Has(name) || !clearable(n)
-				nextCycle := n.Kind() == graph.KindTickRecurring && st.tickDue(name)
-				if latest.State == StateSuccess && upToDate && !nextCycle {
-					continue
-				}
-			}
-			c, err := s.insertComputation(ctx, tx, st, n, 1, sig, 0)
 			if err != nil {
 				return err
 			}
-			st.latest[name] = c
+			again = again || changed
 		}
 	}
 	return nil
+}
+
+// gatePanic is a gate's panic on its way to failing the node.
+type gatePanic struct{ err error }
+
+func (p *gatePanic) Error() string { return p.err.Error() }
+
+// advanceNode advances one node, and reports whether it changed a value that other gates read.
+func (s *Store) advanceNode(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, due graph.Values) (bool, error) {
+	name := n.Name()
+	gate := func(vals graph.Values) (bool, error) {
+		ok, err := holds(n, vals)
+		if err != nil {
+			return false, &gatePanic{err}
+		}
+		return ok, nil
+	}
+	switch n.Kind() {
+	case graph.KindInput:
+		return false, nil
+	case graph.KindHistorian:
+		if ok, err := gate(due); !ok {
+			return false, err
+		}
+		return s.recordHistory(ctx, tx, st, n)
+	case graph.KindArchive:
+		if ok, err := gate(due); !ok || st.values.Has(name) {
+			return false, err
+		}
+		return true, s.archiveByNode(ctx, tx, st, name)
+	}
+	if ok, err := gate(st.values); !ok {
+		if err != nil || !clearable(n) || !st.values.Has(name) {
+			return false, err
+		}
+		st.revision++
+		return true, s.deleteValue(ctx, tx, st, name)
+	}
+	if ok, err := gate(due); !ok {
+		return false, err
+	}
+	latest := st.latest[name]
+	if st.exec.ArchivedAt != nil || latest != nil && latest.active() {
+		return false, nil
+	}
+	sig := signature(Signature(n, st.values))
+	if latest != nil && parseSignature(latest.ComputedWith).equal(sig) {
+		if latest.failedForGood() {
+			return false, nil // its attempts at these upstream revisions are used up
+		}
+		upToDate := st.values.Has(name) || !clearable(n)
+		nextCycle := n.Kind() == graph.KindTickRecurring && st.tickDue(name)
+		if latest.State == StateSuccess && upToDate && !nextCycle {
+			return false, nil
+		}
+	}
+	c, err := s.insertComputation(ctx, tx, st, n, 1, sig, 0)
+	if err != nil {
+		return false, err
+	}
+	st.latest[name] = c
+	return false, nil
+}
+
+// failNode records that a node failed for good without running: its gate panicked. It does so
+// once per upstream revisions, as a FAILED attempt with the cause, and claims the failure event.
+// A node with an attempt under way is left to that attempt.
+func (s *Store) failNode(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, cause error) error {
+	sig := signature(Signature(n, st.values))
+	latest := st.latest[n.Name()]
+	if latest != nil && (latest.active() || latest.failedForGood() && parseSignature(latest.ComputedWith).equal(sig)) {
+		return nil
+	}
+	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", n.Name(), "error", cause)
+	msg := cause.Error()
+	c := new(Computation)
+	err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
+		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+		 heartbeat_timeout_ms, computed_with, error, created_at, finished_at)
+		VALUES (?, ?, ?, 'FAILED', 1, ?, ?, ?, ?, ?::jsonb, ?, ?, ?)
+		RETURNING *`),
+		st.exec.ID, GraphKey(st.exec.GraphName, st.exec.GraphVersion), n.Name(), n.Settings().MaxAttempts, st.now,
+		n.Settings().AbandonAfter.Milliseconds(), n.Settings().HeartbeatTimeout.Milliseconds(), sig.String(), msg,
+		st.now, st.now).Scan(ctx, c)
+	if err != nil {
+		return fmt.Errorf("recording the failure of %q: %w", n.Name(), err)
+	}
+	st.revision++
+	return s.nodeFailed(ctx, tx, st, c, cause)
 }
 
 // clearable reports whether invalidation clears the node's value. Historian, archive and tick
@@ -269,12 +347,16 @@ func clearable(n graph.Node) bool {
 
 // insertComputation creates an attempt. It is AVAILABLE at once, unless it must wait for delay,
 // a concurrency key or a parallel limit: then it is PENDING, and a gated one is promoted before
-// the transaction ends if a slot is free.
+// the transaction ends if a slot is free. In an archived execution it is CANCELED at once, until
+// Unarchive revives it. If the node's ConcurrencyKey panics, the node fails.
 func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, attempt int, sig signature, delay time.Duration) (*Computation, error) {
 	set := n.Settings()
 	var key *string
+	var keyErr error
 	if set.ConcurrencyKey != nil {
-		if k := set.ConcurrencyKey(st.values); k != "" {
+		var k string
+		k, keyErr = recovered("the ConcurrencyKey of node "+quote(n.Name()), func() string { return set.ConcurrencyKey(st.values) })
+		if k != "" {
 			key = &k
 		}
 	}
@@ -284,26 +366,44 @@ func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState
 	}
 	state := StateAvailable
 	runAt := st.now
-	if delay > 0 {
+	var errText *string
+	var finishedAt *time.Time
+	switch {
+	case keyErr != nil:
+		msg := keyErr.Error()
+		state, errText, finishedAt = StateFailed, &msg, &st.now
+	case st.exec.ArchivedAt != nil:
+		reason := ReasonArchived
+		state, errText, finishedAt = StateCanceled, &reason, &st.now
+		if delay > 0 {
+			runAt = st.now.Add(delay)
+		}
+	case delay > 0:
 		state, runAt = StatePending, st.now.Add(delay)
-	} else if key != nil || maxParallel != nil {
+	case key != nil || maxParallel != nil:
 		state = StatePending
 		st.promote = true
 	}
 	c := new(Computation)
 	err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
 		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-		 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?)
+		 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?)
 		RETURNING *`),
 		st.exec.ID, GraphKey(st.exec.GraphName, st.exec.GraphVersion), n.Name(), state, attempt,
 		set.MaxAttempts, runAt, set.AbandonAfter.Milliseconds(), set.HeartbeatTimeout.Milliseconds(),
-		sig.String(), key, maxParallel, st.now).Scan(ctx, c)
+		sig.String(), key, maxParallel, errText, st.now, finishedAt).Scan(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("creating computation of %q: %w", n.Name(), err)
 	}
-	if state == StateAvailable {
+	switch state {
+	case StateAvailable:
 		st.work = true
+	case StateFailed:
+		s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", n.Name(), "error", keyErr)
+		if err := s.nodeFailed(ctx, tx, st, c, keyErr); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -315,8 +415,10 @@ func (s *Store) finish(ctx context.Context, tx bun.IDB, st *execState) error {
 		return err
 	}
 	if st.promote {
-		n, err := s.promote(ctx, tx, st.now)
-		if err != nil {
+		n, err := s.promoteGated(ctx, tx, st.now, false)
+		if errors.Is(err, errPromotionBusy) {
+			st.promoteLater = true
+		} else if err != nil {
 			return err
 		}
 		st.work = st.work || n > 0

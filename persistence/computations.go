@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -16,8 +17,10 @@ import (
 const fenced = "id = ? AND state = 'RUNNING' AND replica_id = ? AND claim_token = ?::uuid"
 
 // Claim takes up to limit AVAILABLE computations of the served graphs for replicaID, oldest
-// first, skipping rows that other replicas are claiming. Each claimed row gets a fresh claim token,
-// its deadlines, and bumps its execution's revision.
+// first. Each claimed row gets a fresh claim token, its deadlines, and bumps its execution's
+// revision. It never waits for a lock: a computation that another replica is claiming, or whose
+// execution is being written (its writer will NOTIFY when it commits), is left for a later claim.
+// So the deadlines it sets start when the claim starts, with nothing in between.
 func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Computation, error) {
 	if limit <= 0 || len(s.keys) == 0 {
 		return nil, nil
@@ -32,12 +35,10 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 				last_heartbeat_at = t.now
 			FROM t
 			WHERE c.id IN (
-				SELECT id FROM {s}.computations
-				WHERE state = 'AVAILABLE' AND graph_key IN (?)
-					AND NOT EXISTS (SELECT 1 FROM {s}.executions e
-						WHERE e.id = execution_id AND e.archived_at IS NOT NULL)
-				ORDER BY id LIMIT ?
-				FOR UPDATE SKIP LOCKED)
+				SELECT a.id FROM {s}.computations a JOIN {s}.executions e ON e.id = a.execution_id
+				WHERE a.state = 'AVAILABLE' AND a.graph_key IN (?) AND e.archived_at IS NULL
+				ORDER BY a.id LIMIT ?
+				FOR UPDATE OF a, e SKIP LOCKED)
 			RETURNING c.*`),
 			s.clock.NowOrNil(), replicaID, bun.List(s.keys), limit).Scan(ctx, &claimed)
 		if err != nil && !isNoRows(err) {
@@ -46,8 +47,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		if len(claimed) == 0 {
 			return nil
 		}
-		// A claim is a revision of its execution. Lock the rows in id order so that two claimers
-		// never wait on each other.
+		// A claim is a revision of its execution; the claim above holds the executions' rows.
 		bump := map[string]int64{}
 		for _, c := range claimed {
 			bump[c.ExecutionID]++
@@ -58,10 +58,8 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 			ids = append(ids, id)
 			incs = append(incs, n)
 		}
-		_, err = tx.NewRaw(s.q(`WITH r AS (SELECT * FROM unnest(?::text[], ?::bigint[]) AS r(id, n)),
-			locked AS (SELECT e.id FROM {s}.executions e JOIN r USING (id) ORDER BY e.id FOR UPDATE OF e)
-			UPDATE {s}.executions e SET revision = e.revision + r.n
-			FROM r, locked WHERE e.id = r.id AND locked.id = r.id`),
+		_, err = tx.NewRaw(s.q(`UPDATE {s}.executions e SET revision = e.revision + r.n
+			FROM unnest(?::text[], ?::bigint[]) AS r(id, n) WHERE e.id = r.id`),
 			pgdialect.Array(ids), pgdialect.Array(incs)).Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("bumping revisions of claimed executions: %w", err)
@@ -89,28 +87,65 @@ func (c *Computation) Ref() ClaimRef {
 	return ref
 }
 
+// Beat is the outcome of one claim's heartbeat.
+type Beat int
+
+// Heartbeat outcomes.
+const (
+	// BeatLost: the claim is gone (abandoned, released or reclaimed): cancel the work.
+	BeatLost Beat = iota
+	// BeatAlive: the heartbeat deadline was extended.
+	BeatAlive
+	// BeatBusy: the row was locked, by its own completion most likely, and was left alone: the
+	// claim is neither known alive nor lost. Try again soon.
+	BeatBusy
+)
+
 // Heartbeat extends the heartbeat deadlines of the given claims of replicaID, in one statement.
-// It returns the ids whose claim still holds; a missing id lost its claim.
-func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef) (map[int64]bool, error) {
+// It never waits for a row lock, so a batch is never held up by one computation whose completion
+// holds its row, and two batches can never deadlock. It returns the outcome of each claim by id.
+func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef) (map[int64]Beat, error) {
 	ids := make([]int64, len(refs))
 	tokens := make([]string, len(refs))
 	for i, r := range refs {
 		ids[i], tokens[i] = r.ID, r.Token
 	}
+	db := s.heartbeatDB()
 	var alive []int64
-	err := s.db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now)
+	err := db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now),
+		held AS (SELECT c.id FROM {s}.computations c
+			JOIN unnest(?::bigint[], ?::uuid[]) AS r(id, token) ON c.id = r.id AND c.claim_token = r.token
+			WHERE c.state = 'RUNNING' AND c.replica_id = ?
+			ORDER BY c.id FOR UPDATE OF c SKIP LOCKED)
 		UPDATE {s}.computations c
 		SET heartbeat_deadline = t.now + c.heartbeat_timeout_ms * interval '1 millisecond', last_heartbeat_at = t.now
-		FROM t, unnest(?::bigint[], ?::uuid[]) AS r(id, token)
-		WHERE c.id = r.id AND c.claim_token = r.token AND c.state = 'RUNNING' AND c.replica_id = ?
+		FROM t, held WHERE c.id = held.id
 		RETURNING c.id`),
 		s.clock.NowOrNil(), pgdialect.Array(ids), pgdialect.Array(tokens), replicaID).Scan(ctx, &alive)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("extending heartbeats: %w", err)
 	}
-	out := make(map[int64]bool, len(alive))
+	out := make(map[int64]Beat, len(refs))
+	if alive == nil {
+		alive = []int64{}
+	}
 	for _, id := range alive {
-		out[id] = true
+		out[id] = BeatAlive
+	}
+	if len(alive) == len(refs) {
+		return out, nil
+	}
+	// Tell the lost claims from the locked ones, without waiting for the locks.
+	var busy []int64
+	err = db.NewRaw(s.q(`SELECT c.id FROM {s}.computations c
+		JOIN unnest(?::bigint[], ?::uuid[]) AS r(id, token) ON c.id = r.id AND c.claim_token = r.token
+		WHERE c.state = 'RUNNING' AND c.replica_id = ? AND NOT c.id = ANY(?::bigint[])`),
+		pgdialect.Array(ids), pgdialect.Array(tokens), replicaID, pgdialect.Array(alive)).Scan(ctx, &busy)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("checking the claims whose heartbeat was skipped: %w", err)
+	}
+	for _, id := range busy {
+		out[id] = BeatBusy
 	}
 	return out, nil
 }
@@ -136,22 +171,22 @@ func (s *Store) fence(ctx context.Context, tx bun.IDB, c *Computation, state str
 
 // Complete records a successful attempt and its value in one transaction, fenced by the claim:
 // if the claim was lost it writes nothing and returns ErrClaimLost. used holds the upstream
-// revisions the function read. A value equal to the stored one keeps its revision.
+// revisions the function read. A value equal to the stored one keeps its revision. If the node's
+// gate no longer holds, the result is dropped and the attempt CANCELED.
 func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMessage, used map[string]int64) error {
 	fence := func(ctx context.Context, tx bun.Tx) error { return s.fence(ctx, tx, c, StateSuccess, nil, used) }
 	return s.write(ctx, c.ExecutionID, fence, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		st.revision++
 		st.promote = c.gated() // its slot is free
 		n, _ := st.g.Node(c.Node)
+		ok, err := holds(n, st.values)
 		switch {
-		case !n.Gate().Holds(st.values):
-			reason := "canceled: gate no longer holds"
-			_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"),
-				StateCanceled, reason, c.ID).Exec(ctx)
-			if err != nil {
-				return fmt.Errorf("canceling computation %d: %w", c.ID, err)
+		case err != nil:
+			return s.failAttempt(ctx, tx, st, c, err)
+		case !ok:
+			if err := s.cancelAttempt(ctx, tx, c, "canceled: gate no longer holds"); err != nil {
+				return err
 			}
-			c.State, c.Error = StateCanceled, &reason
 		case n.Kind() == graph.KindMutate:
 			if err := s.mutate(ctx, tx, st, n, result); err != nil {
 				return err
@@ -166,6 +201,29 @@ func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMes
 	})
 }
 
+// cancelAttempt marks a finished attempt CANCELED, with reason.
+func (s *Store) cancelAttempt(ctx context.Context, tx bun.IDB, c *Computation, reason string) error {
+	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"), StateCanceled, reason, c.ID).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("canceling computation %d: %w", c.ID, err)
+	}
+	c.State, c.Error = StateCanceled, &reason
+	return nil
+}
+
+// failAttempt turns a finished attempt into the node's final failure, with cause: user code
+// that the store called for it panicked.
+func (s *Store) failAttempt(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error) error {
+	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", c.Node, "error", cause)
+	msg := cause.Error()
+	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"), StateFailed, msg, c.ID).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("failing computation %d: %w", c.ID, err)
+	}
+	c.State, c.Error = StateFailed, &msg
+	return s.nodeFailed(ctx, tx, st, c, cause)
+}
+
 // Fail records a failed attempt, fenced by the claim. While attempts remain and the error is not
 // permanent, the next attempt is created with the node's backoff; otherwise the node has failed.
 func (s *Store) Fail(ctx context.Context, c *Computation, cause error) error {
@@ -178,27 +236,46 @@ func (s *Store) Fail(ctx context.Context, c *Computation, cause error) error {
 	})
 }
 
-// afterFailure schedules the next attempt of a failed or abandoned computation, or, when its
-// attempts are used up (or the failure is permanent), records that the node has failed.
+// afterFailure follows a failed or abandoned attempt. If the node's gate no longer holds, the
+// attempt is CANCELED: nothing retries it and no failure is announced; the node runs again when
+// its gate next holds. Otherwise, while attempts remain and the failure is not permanent, the next
+// attempt is created with the node's backoff; else the node has failed for good.
 func (s *Store) afterFailure(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error, permanent bool) error {
 	n, ok := st.g.Node(c.Node)
 	if !ok {
 		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), c.Node)
 	}
-	if !permanent && c.Attempt < c.MaxAttempts {
-		next, err := s.insertComputation(ctx, tx, st, n, c.Attempt+1, parseSignature(c.ComputedWith),
-			n.Settings().Backoff(c.Attempt))
-		if err != nil {
-			return err
-		}
-		st.latest[c.Node] = next
-		return nil
-	}
 	st.latest[c.Node] = c
-	st.changed = true // waiters on this node learn that it failed
+	ok, err := holds(n, st.values)
+	switch {
+	case err != nil:
+		return s.failAttempt(ctx, tx, st, c, err)
+	case !ok:
+		return s.cancelAttempt(ctx, tx, c, "canceled: gate no longer holds; "+deref(c.Error))
+	case permanent || c.Attempt >= c.MaxAttempts:
+		return s.nodeFailed(ctx, tx, st, c, cause)
+	}
+	backoff, err := recovered("the Backoff of node "+quote(c.Node), func() time.Duration { return n.Settings().Backoff(c.Attempt) })
+	if err != nil {
+		return s.failAttempt(ctx, tx, st, c, fmt.Errorf("%s; then %w", deref(c.Error), err))
+	}
+	next, err := s.insertComputation(ctx, tx, st, n, c.Attempt+1, parseSignature(c.ComputedWith), backoff)
+	if err != nil {
+		return err
+	}
+	st.latest[c.Node] = next
+	return nil
+}
+
+// nodeFailed records that c, the newest attempt of its node, ended the node's budget: waiters
+// learn it, the failure event is claimed, and OnSave gets the error.
+func (s *Store) nodeFailed(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error) error {
+	st.latest[c.Node] = c
+	st.changed = true
 	if err := s.claimEvent(ctx, tx, st, EventFailed); err != nil {
 		return err
 	}
+	n, _ := st.g.Node(c.Node)
 	if n.Settings().OnSave != nil || st.g.OnSave() != nil {
 		st.saved = append(st.saved, graph.SaveEvent{
 			ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: c.Node,
@@ -206,6 +283,13 @@ func (s *Store) afterFailure(ctx context.Context, tx bun.IDB, st *execState, c *
 		})
 	}
 	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // Release hands the RUNNING computations of replicaID back to AVAILABLE without consuming an

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -92,12 +93,10 @@ type historianSeen struct {
 	Seen map[string]int64 `json:"seen"`
 }
 
-// recordHistory adds an entry to a historian for each tracked node whose revision went up, newest
-// first, keeping at most MaxEntries. It reports whether the historian changed.
-func (s *Store) recordHistory(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, due graph.Values) (bool, error) {
-	if !n.Gate().Holds(due) {
-		return false, nil
-	}
+// recordHistory adds an entry to a historian, whose gate holds, for each tracked node whose
+// revision went up, newest first, keeping at most MaxEntries. It reports whether the historian
+// changed.
+func (s *Store) recordHistory(ctx context.Context, tx bun.IDB, st *execState, n graph.Node) (bool, error) {
 	var entries []HistoryEntry
 	seen := historianSeen{Seen: map[string]int64{}}
 	if v, ok := st.values[n.Name()]; ok {
@@ -149,6 +148,13 @@ func (s *Store) archiveByNode(ctx context.Context, tx bun.IDB, st *execState, na
 	return s.setArchived(ctx, tx, st, true)
 }
 
+// ReasonArchived is the error of an attempt canceled because its execution was archived.
+// Unarchive revives the newest such attempt of each node, with its attempt number.
+const ReasonArchived = "canceled: execution archived"
+
+// setArchived archives or unarchives the execution. Archiving cancels its PENDING and AVAILABLE
+// attempts, so that no gating slot stays held by work that will never be claimed; its RUNNING
+// attempts finish, or are abandoned, as usual. Unarchiving revives what archiving canceled.
 func (s *Store) setArchived(ctx context.Context, tx bun.IDB, st *execState, archived bool) error {
 	var at *time.Time
 	if archived {
@@ -159,5 +165,54 @@ func (s *Store) setArchived(ctx context.Context, tx bun.IDB, st *execState, arch
 		return fmt.Errorf("archiving %s: %w", st.exec.ID, err)
 	}
 	st.exec.ArchivedAt = at
+	if archived {
+		return s.cancelArchived(ctx, tx, st)
+	}
+	return s.reviveArchived(ctx, tx, st)
+}
+
+// cancelArchived cancels the execution's attempts that wait to run. A row that a claim holds is
+// skipped: it is RUNNING once the claim commits.
+func (s *Store) cancelArchived(ctx context.Context, tx bun.IDB, st *execState) error {
+	var canceled []*Computation
+	err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'CANCELED', error = ?, finished_at = ?
+		WHERE id IN (SELECT id FROM {s}.computations
+			WHERE execution_id = ? AND state IN ('PENDING', 'AVAILABLE') FOR UPDATE SKIP LOCKED)
+		RETURNING *`), ReasonArchived, st.now, st.exec.ID).Scan(ctx, &canceled)
+	if err != nil && !isNoRows(err) {
+		return fmt.Errorf("canceling the waiting work of archived execution %s: %w", st.exec.ID, err)
+	}
+	for _, c := range canceled {
+		st.latest[c.Node] = c
+		st.promote = st.promote || c.gated() // an AVAILABLE one held a slot
+	}
+	return nil
+}
+
+// reviveArchived gives back to the queue the newest attempt of each node that archiving canceled.
+func (s *Store) reviveArchived(ctx context.Context, tx bun.IDB, st *execState) error {
+	var ids []int64
+	for _, c := range st.latest {
+		if c.State == StateCanceled && c.Error != nil && *c.Error == ReasonArchived {
+			ids = append(ids, c.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var revived []*Computation
+	err := tx.NewRaw(s.q(`UPDATE {s}.computations
+		SET state = CASE WHEN run_at > ? OR concurrency_key IS NOT NULL OR max_parallel IS NOT NULL
+				THEN 'PENDING' ELSE 'AVAILABLE' END,
+			error = NULL, finished_at = NULL
+		WHERE id = ANY(?::bigint[]) RETURNING *`), st.now, pgdialect.Array(ids)).Scan(ctx, &revived)
+	if err != nil && !isNoRows(err) {
+		return fmt.Errorf("reviving the work of %s: %w", st.exec.ID, err)
+	}
+	for _, c := range revived {
+		st.latest[c.Node] = c
+		st.work = st.work || c.State == StateAvailable
+		st.promote = st.promote || c.gated()
+	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 var ErrNotFailed = errors.New("journey: node has not failed")
 
 // SetArchived archives or unarchives an execution. Archived executions are left out of listings
-// and loads, and their computations are neither claimed nor swept.
+// and loads; their waiting attempts are canceled, and revived by Unarchive.
 func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error {
 	return s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		if (st.exec.ArchivedAt != nil) == archived {
@@ -26,8 +26,10 @@ func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error
 		}
 		st.revision++
 		st.changed = true
-		st.work = !archived // its available computations may be claimed again
-		return nil
+		if archived {
+			return nil
+		}
+		return s.advance(ctx, tx, st) // what changed while it was archived
 	})
 }
 
@@ -57,25 +59,48 @@ func (s *Store) Retry(ctx context.Context, id, node string) error {
 	})
 }
 
-// WakeDue advances up to limit executions whose next tick has come due, and returns how many it
-// advanced. Any replica may call it; the executions' locks serialise the work.
+// wakeRetry is how long an execution whose due-tick advance failed waits before the next try, so
+// that it cannot keep the head of the queue.
+const wakeRetry = time.Minute
+
+// WakeDue advances up to limit executions of the served graphs whose next tick has come due, each
+// in its own transaction, and returns how many it advanced. Executions being written are skipped:
+// their writer advances them. One execution's failure is logged, and that execution is tried again
+// after wakeRetry; it stops neither the pass nor the others.
 func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
+	if len(s.keys) == 0 {
+		return 0, nil
+	}
 	var ids []string
 	err := s.db.NewRaw(s.q(`SELECT id FROM {s}.executions
 		WHERE wake_at <= coalesce(?::timestamptz, now()) AND archived_at IS NULL
-		ORDER BY wake_at LIMIT ?`), s.clock.NowOrNil(), limit).Scan(ctx, &ids)
+			AND graph_name || '@' || graph_version IN (?)
+		ORDER BY wake_at LIMIT ?
+		FOR UPDATE SKIP LOCKED`), s.clock.NowOrNil(), bun.List(s.keys), limit).Scan(ctx, &ids)
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("finding executions with due ticks: %w", err)
 	}
-	for i, id := range ids {
-		err := s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
+	woken := 0
+	for _, id := range ids {
+		err := s.write(ctx, id, s.boundLocks, func(ctx context.Context, tx bun.Tx, st *execState) error {
 			return s.advance(ctx, tx, st) // a no-op if another replica got there first
 		})
-		if err != nil && !errors.Is(err, ErrUnknownGraph) { // another replica serves it
-			return i, err
+		if err == nil {
+			woken++
+			continue
+		}
+		if ctx.Err() != nil {
+			return woken, ctx.Err()
+		}
+		s.logger.Error("advancing an execution with a due tick failed; trying it again later", "service", "sweeper",
+			"execution_id", id, "retry_in", wakeRetry, "error", err)
+		_, err = s.db.NewRaw(s.q("UPDATE {s}.executions SET wake_at = coalesce(?::timestamptz, now()) + ? * interval '1 millisecond' WHERE id = ?"),
+			s.clock.NowOrNil(), wakeRetry.Milliseconds(), id).Exec(ctx)
+		if err != nil {
+			s.logger.Warn("postponing a due tick failed", "service", "sweeper", "execution_id", id, "error", err)
 		}
 	}
-	return len(ids), nil
+	return woken, nil
 }
 
 // Change is one change of a value, for History.

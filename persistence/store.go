@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,6 +58,9 @@ const (
 type Config struct {
 	// DB is the database, a bun.DB over pgx's stdlib driver.
 	DB *bun.DB
+	// HeartbeatDB, if set, carries the heartbeats (the replica's and the watchdogs'), so that a
+	// pool full of work cannot starve them. Default DB.
+	HeartbeatDB *bun.DB
 	// Schema holds the tables. Default "journey".
 	Schema string
 	// Graphs are the graphs this replica serves.
@@ -67,25 +72,40 @@ type Config struct {
 	// OnSave is called after a commit for each saved value and each final failure. It must not
 	// block; the runtime hands the event to a goroutine of its own.
 	OnSave func(g *graph.Graph, e graph.SaveEvent)
+	// Hooks are test-only knobs.
+	Hooks Hooks
+	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) waits for
+	// a lock. Default 3s.
+	LockTimeout time.Duration
 	// Targets lists, for each lifecycle event, where its claim sends it: TargetHandler and
 	// webhook URLs. Replicas are expected to share this configuration.
 	Targets map[string][]string
 }
 
+// Hooks are test-only knobs of a Store. The zero value changes nothing.
+type Hooks struct {
+	// Abandoning is called by a sweep inside the transaction that abandons c, once it holds the
+	// computation's row and its execution's lock: where a process that freezes holds the most.
+	Abandoning func(c *Computation)
+}
+
 // Store is the database layer of one replica.
 type Store struct {
-	db         *bun.DB
-	schema     string // raw name
-	quoted     string // quoted identifier, substituted for {s} in queries
-	channel    string
-	graphs     map[string]*graph.Graph
-	keys       []string
-	clock      clock.Clock
-	logger     *slog.Logger
-	onSave     func(g *graph.Graph, e graph.SaveEvent)
-	targets    map[string][]string
-	sweepKey   string
-	promoteKey string
+	db          *bun.DB
+	hbdb        *bun.DB
+	schema      string // raw name
+	quoted      string // quoted identifier, substituted for {s} in queries
+	channel     string
+	graphs      map[string]*graph.Graph
+	keys        []string
+	clock       clock.Clock
+	logger      *slog.Logger
+	onSave      func(g *graph.Graph, e graph.SaveEvent)
+	targets     map[string][]string
+	sweepLease  string
+	promoteKey  string
+	lockTimeout time.Duration
+	hooks       Hooks
 }
 
 // New returns a Store. It does not touch the database.
@@ -98,17 +118,19 @@ func New(cfg Config) (*Store, error) {
 		schema = "journey"
 	}
 	s := &Store{
-		db:         cfg.DB,
-		schema:     schema,
-		quoted:     pgx.Identifier{schema}.Sanitize(),
-		channel:    channelName(schema),
-		graphs:     make(map[string]*graph.Graph, len(cfg.Graphs)),
-		clock:      cfg.Clock,
-		logger:     cfg.Logger,
-		onSave:     cfg.OnSave,
-		targets:    cfg.Targets,
-		sweepKey:   "journey-sweep:" + schema,
-		promoteKey: "journey-promote:" + schema,
+		db:          cfg.DB,
+		hbdb:        cfg.HeartbeatDB,
+		schema:      schema,
+		quoted:      pgx.Identifier{schema}.Sanitize(),
+		channel:     channelName(schema),
+		graphs:      make(map[string]*graph.Graph, len(cfg.Graphs)),
+		clock:       cfg.Clock,
+		logger:      cfg.Logger,
+		onSave:      cfg.OnSave,
+		targets:     cfg.Targets,
+		promoteKey:  "journey-promote:" + schema,
+		lockTimeout: cmp.Or(cfg.LockTimeout, 3*time.Second),
+		hooks:       cfg.Hooks,
 	}
 	if s.clock == nil {
 		s.clock = clock.Real{}
@@ -124,8 +146,18 @@ func New(cfg Config) (*Store, error) {
 		s.graphs[key] = g
 		s.keys = append(s.keys, key)
 	}
+	// Replicas that serve the same graphs share a sweep lease; one that serves others sweeps them.
+	sorted := slices.Sorted(slices.Values(s.keys))
+	sum := sha256.Sum256([]byte(strings.Join(sorted, "\n")))
+	s.sweepLease = "sweep:" + hex.EncodeToString(sum[:8])
 	return s, nil
 }
+
+// SweepLease names the lease that single-flights the sweeps of this replica's graphs.
+func (s *Store) SweepLease() string { return s.sweepLease }
+
+// heartbeatDB is the database the heartbeats use.
+func (s *Store) heartbeatDB() *bun.DB { return cmp.Or(s.hbdb, s.db) }
 
 // GraphKey identifies a graph version in the computations table.
 func GraphKey(name, version string) string { return name + "@" + version }
@@ -165,6 +197,17 @@ func (s *Store) notify(ctx context.Context, tx bun.IDB, payload string) error {
 func (s *Store) lockExecution(ctx context.Context, tx bun.IDB, id string) error {
 	_, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", s.schema+":"+id).Exec(ctx)
 	return err
+}
+
+// boundLocks makes the rest of a background transaction give up on any lock it waits for longer
+// than the store's lock timeout: a sweep, a wake-up or a promotion must not stall behind a frozen
+// replica; it tries again at its next pass.
+func (s *Store) boundLocks(ctx context.Context, tx bun.Tx) error {
+	_, err := tx.NewRaw(fmt.Sprintf("SET LOCAL lock_timeout = %d", s.lockTimeout.Milliseconds())).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("setting the lock timeout: %w", err)
+	}
+	return nil
 }
 
 // inTx runs fn in a transaction.

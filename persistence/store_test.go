@@ -21,10 +21,11 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 type bundle struct {
-	db    *bun.DB
-	store *Store
-	clock *clock.Stub
-	g     *graph.Graph
+	db     *bun.DB
+	schema string
+	store  *Store
+	clock  *clock.Stub
+	g      *graph.Graph
 }
 
 func testGraph(name string) *graph.Graph {
@@ -36,18 +37,32 @@ func testGraph(name string) *graph.Graph {
 	})
 }
 
-func setup(t *testing.T) *bundle {
+// setup gives the test a store on a fresh schema, serving graphs (default: testGraph), with a
+// stub clock.
+func setup(t *testing.T, graphs ...*graph.Graph) *bundle {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	schema := pgtest.Schema(t)
 	db := pgtest.BunDB(t, pgtest.URL(t))
-	_, err := migrations.Migrate(context.Background(), db, schema, logger)
+	_, err := migrations.Migrate(context.Background(), db, schema, testLogger())
 	require.NoError(t, err)
-	b := &bundle{db: db, clock: clock.NewStub(time.Now()), g: testGraph("store")}
-	b.store, err = New(Config{DB: db, Schema: schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: logger})
-	require.NoError(t, err)
+	if len(graphs) == 0 {
+		graphs = []*graph.Graph{testGraph("store")}
+	}
+	b := &bundle{db: db, schema: schema, clock: clock.NewStub(time.Now()), g: graphs[0]}
+	b.store = b.newStore(t, Config{Graphs: graphs})
 	return b
 }
+
+// newStore returns another store on the bundle's schema and clock, as another replica would have.
+func (b *bundle) newStore(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	cfg.DB, cfg.Schema, cfg.Clock, cfg.Logger = b.db, b.schema, b.clock, testLogger()
+	s, err := New(cfg)
+	require.NoError(t, err)
+	return s
+}
+
+func testLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // ready creates n executions whose computation of y is AVAILABLE.
 func (b *bundle) ready(t *testing.T, n int) []string {
@@ -132,15 +147,15 @@ func TestFencedWrites(t *testing.T) {
 	other := "00000000-0000-0000-0000-000000000000"
 	forged.ClaimToken = &other
 	require.ErrorIs(t, b.store.Complete(ctx, &forged, json.RawMessage(`1`), nil), ErrClaimLost, "a wrong token writes nothing")
-	alive, err := b.store.Heartbeat(ctx, "r1", []ClaimRef{forged.Ref()})
+	beats, err := b.store.Heartbeat(ctx, "r1", []ClaimRef{forged.Ref()})
 	require.NoError(t, err)
-	require.False(t, alive[c.ID])
-	alive, err = b.store.Heartbeat(ctx, "r2", []ClaimRef{c.Ref()})
+	require.Equal(t, BeatLost, beats[c.ID])
+	beats, err = b.store.Heartbeat(ctx, "r2", []ClaimRef{c.Ref()})
 	require.NoError(t, err)
-	require.False(t, alive[c.ID], "another replica's heartbeat matches nothing")
-	alive, err = b.store.Heartbeat(ctx, "r1", []ClaimRef{c.Ref()})
+	require.Equal(t, BeatLost, beats[c.ID], "another replica's heartbeat matches nothing")
+	beats, err = b.store.Heartbeat(ctx, "r1", []ClaimRef{c.Ref()})
 	require.NoError(t, err)
-	require.True(t, alive[c.ID])
+	require.Equal(t, BeatAlive, beats[c.ID])
 
 	n, err := b.store.Release(ctx, "r1")
 	require.NoError(t, err)
@@ -163,19 +178,28 @@ func TestSweepIsSingleFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	tx, err := b.db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	_, err = tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", b.store.sweepKey).Exec(ctx)
-	require.NoError(t, err)
-
-	res, err := b.store.Sweep(ctx, SweepOptions{Limit: 10})
-	require.NoError(t, err)
-	require.True(t, res.Skipped, "a pass runs on one replica at a time")
-	require.NoError(t, tx.Rollback())
-	res, err = b.store.Sweep(ctx, SweepOptions{Limit: 10})
+	opts := func(holder string) SweepOptions {
+		return SweepOptions{Holder: holder, LeaseTTL: time.Minute, Limit: 10}
+	}
+	res, err := b.store.Sweep(ctx, opts("a"))
 	require.NoError(t, err)
 	require.False(t, res.Skipped)
+
+	res, err = b.store.Sweep(ctx, opts("b"))
+	require.NoError(t, err)
+	require.True(t, res.Skipped, "a pass runs on one replica at a time")
+	res, err = b.store.Sweep(ctx, opts("a"))
+	require.NoError(t, err)
+	require.False(t, res.Skipped, "the holder renews its lease")
+
+	b.clock.Advance(time.Minute)
+	res, err = b.store.Sweep(ctx, opts("b"))
+	require.NoError(t, err)
+	require.False(t, res.Skipped, "a lease that ran out is taken over: a frozen holder stops nobody for long")
+	require.NoError(t, b.store.ReleaseLease(ctx, b.store.SweepLease(), "b"))
+	res, err = b.store.Sweep(ctx, opts("a"))
+	require.NoError(t, err)
+	require.False(t, res.Skipped, "a released lease is free at once")
 }
 
 func TestMonitoringViews(t *testing.T) {
@@ -188,7 +212,7 @@ func TestMonitoringViews(t *testing.T) {
 		return n
 	}
 	b.ready(t, 2)
-	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute))
+	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute, true))
 	b.claimOne(t, "r1")
 	c := b.claimOne(t, "r1")
 	require.Equal(t, 2, count("running_computations"))
@@ -197,11 +221,11 @@ func TestMonitoringViews(t *testing.T) {
 
 	// r1 falls silent: an hour-old heartbeat is stale by its own one-minute limit.
 	b.clock.Set(time.Now().Add(-time.Hour))
-	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute))
+	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute, false))
 	require.Equal(t, 1, count("stale_replicas"))
 
 	b.clock.Set(time.Now())
-	res, err := b.store.Sweep(ctx, SweepOptions{Limit: 10, ReplicaStaleAfter: time.Minute})
+	res, err := b.store.Sweep(ctx, SweepOptions{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, res.Abandoned, 2)
 	require.Zero(t, count("running_computations"))

@@ -1,10 +1,11 @@
-// Package sweeper holds the sweeper actor. Any replica may sweep; each pass is single-flight
-// across replicas through a transaction-level advisory lock. A pass abandons RUNNING computations
-// past their deadline or heartbeat deadline, or held by a replica that stopped heartbeating
-// (recording which), retries them or fails their node, promotes PENDING computations that are
-// due, prunes the heartbeat rows of long-gone replicas, and advances the executions whose ticks
-// have come due. The decisions are made in SQL against the
-// Store's clock, so tests move an injected clock instead of sleeping.
+// Package sweeper holds the sweeper actor. Any replica may sweep; passes are single-flight across
+// the replicas that serve the same graphs through a lease in the database, which the holder
+// renews at each pass and which a frozen or dead holder loses once it runs out. A pass abandons
+// RUNNING computations past their deadline or heartbeat deadline, or held by a replica that
+// stopped heartbeating or restarted (recording which), retries them or fails their node, promotes
+// PENDING computations that are due, advances the executions whose ticks have come due, and
+// prunes: the heartbeat rows of long-gone replicas, and what Retention lets go. The decisions are
+// made in SQL against the Store's clock, so tests move an injected clock instead of sleeping.
 //
 // It may import graph, persistence and internal packages, never actors or the root package.
 package sweeper
@@ -22,27 +23,34 @@ import (
 
 // Defaults of the sweeper.
 const (
-	DefaultInterval          = 5 * time.Second
-	DefaultBatchSize         = 100
-	DefaultReplicaStaleAfter = 20 * time.Second
-	DefaultReplicaRetention  = 24 * time.Hour
-	passTimeout              = 30 * time.Second
+	DefaultInterval         = 5 * time.Second
+	DefaultBatchSize        = 100
+	DefaultReplicaRetention = 24 * time.Hour
+	// DefaultRetention is how long finished attempts, value history and delivered notifications
+	// are kept.
+	DefaultRetention = 7 * 24 * time.Hour
+	passTimeout      = 30 * time.Second
 )
 
 // Config configures a Sweeper.
 type Config struct {
 	Store *persistence.Store
+	// ReplicaID names this replica in the sweep lease.
+	ReplicaID string
 	// Interval between passes. Default 5s.
 	Interval time.Duration
-	// BatchSize caps the rows abandoned per pass; a full batch is followed by another pass at once.
-	// Default 100.
+	// LeaseTTL is how long the sweep lease lasts without a pass: a frozen or dead sweeper delays
+	// the others by this at most. Default 3 × Interval.
+	LeaseTTL time.Duration
+	// BatchSize caps the rows abandoned per pass, and the rows deleted per table and pass; a full
+	// batch of abandonments is followed by another pass at once. Default 100.
 	BatchSize int
-	// ReplicaStaleAfter: the RUNNING attempts of a replica whose heartbeat is older, or missing,
-	// are abandoned. Default 20s.
-	ReplicaStaleAfter time.Duration
 	// ReplicaRetention: the heartbeat rows of replicas silent for longer are deleted. Default 24h.
 	ReplicaRetention time.Duration
-	Logger           *slog.Logger
+	// Retention: finished attempts (but the newest of each node), value history and delivered
+	// notifications older than this are deleted. Default 7 days; negative keeps them forever.
+	Retention time.Duration
+	Logger    *slog.Logger
 }
 
 // Sweeper runs sweep passes.
@@ -59,8 +67,11 @@ func New(cfg Config) *Sweeper {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultBatchSize
 	}
-	if cfg.ReplicaStaleAfter <= 0 {
-		cfg.ReplicaStaleAfter = DefaultReplicaStaleAfter
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 3 * cfg.Interval
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
 	}
 	if cfg.ReplicaRetention <= 0 {
 		cfg.ReplicaRetention = DefaultReplicaRetention
@@ -74,9 +85,10 @@ func New(cfg Config) *Sweeper {
 // RunOnce runs one pass and logs what it did.
 func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) {
 	res, err := s.cfg.Store.Sweep(ctx, persistence.SweepOptions{
-		Limit: s.cfg.BatchSize, ReplicaStaleAfter: s.cfg.ReplicaStaleAfter, ReplicaRetention: s.cfg.ReplicaRetention,
+		Holder: s.cfg.ReplicaID, LeaseTTL: s.cfg.LeaseTTL, Limit: s.cfg.BatchSize,
+		ReplicaRetention: s.cfg.ReplicaRetention, Retention: max(s.cfg.Retention, 0),
 	})
-	if err != nil {
+	if err != nil || res.Skipped {
 		return res, err
 	}
 	woken, err := s.cfg.Store.WakeDue(ctx, s.cfg.BatchSize)
@@ -93,10 +105,21 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 	if res.Promoted > 0 {
 		s.logger.Debug("computations promoted", "count", res.Promoted)
 	}
+	if res.Canceled > 0 {
+		s.logger.Info("waiting computations of archived executions canceled", "count", res.Canceled)
+	}
 	if res.Pruned > 0 {
 		s.logger.Info("heartbeat rows of long-gone replicas pruned", "count", res.Pruned)
 	}
+	if res.Deleted > 0 {
+		s.logger.Debug("rows past their retention deleted", "count", res.Deleted)
+	}
 	return res, nil
+}
+
+// Release gives up the sweep lease, at a graceful stop, so that another replica sweeps at once.
+func (s *Sweeper) Release(ctx context.Context) error {
+	return s.cfg.Store.ReleaseLease(ctx, s.cfg.Store.SweepLease(), s.cfg.ReplicaID)
 }
 
 type tick struct{}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
@@ -23,6 +24,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 const (
 	abandonAfter = 10 * time.Second
 	hbTimeout    = 3 * time.Second
+	staleAfter   = 20 * time.Second
 )
 
 type bundle struct {
@@ -62,7 +64,7 @@ func setup(t *testing.T, name string) *bundle {
 // alive writes replica r1's heartbeat at the current time of the clock.
 func (b *bundle) alive(t *testing.T) {
 	t.Helper()
-	require.NoError(t, b.store.ReplicaHeartbeat(context.Background(), "r1", sweeper.DefaultReplicaStaleAfter))
+	require.NoError(t, b.store.ReplicaHeartbeat(context.Background(), "r1", staleAfter, false))
 }
 
 func (b *bundle) claim(t *testing.T) *persistence.Computation {
@@ -109,9 +111,9 @@ func TestAbandonsByEachDeadlineThenFails(t *testing.T) {
 	c := b.claim(t)
 	for range 4 {
 		b.clock.Advance(hbTimeout - time.Second)
-		alive, err := b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
+		beats, err := b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
 		require.NoError(t, err)
-		require.True(t, alive[c.ID])
+		require.Equal(t, persistence.BeatAlive, beats[c.ID])
 		b.alive(t)
 		res, err = b.sweeper.RunOnce(ctx)
 		require.NoError(t, err)
@@ -211,13 +213,15 @@ func TestAbandonsTheWorkOfASilentReplica(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "silent")
 	ctx := context.Background()
-	s := sweeper.New(sweeper.Config{Store: b.store, ReplicaStaleAfter: 2 * time.Second, ReplicaRetention: time.Hour})
+	s := sweeper.New(sweeper.Config{Store: b.store, ReplicaRetention: time.Hour})
 	c := b.claim(t)
+	// The replica says it is to be thought dead 2s after its last heartbeat.
+	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", 2*time.Second, false))
 
 	b.clock.Advance(time.Second)
-	alive, err := b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
+	beats, err := b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
 	require.NoError(t, err)
-	require.True(t, alive[c.ID])
+	require.Equal(t, persistence.BeatAlive, beats[c.ID])
 	res, err := s.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, res.Abandoned, "the replica is not stale yet")
@@ -239,6 +243,64 @@ func TestAbandonsTheWorkOfASilentReplica(t *testing.T) {
 	replicas, err = b.store.Replicas(ctx)
 	require.NoError(t, err)
 	require.Empty(t, replicas)
+}
+
+// A replica is judged by the stale-after it wrote on its row, not by the sweeping replica's: one
+// configured with longer intervals is alive, and its work must not run twice.
+func TestJudgesAReplicaByItsOwnStaleAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "patient")
+	ctx := context.Background()
+	c := b.claim(t)
+	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute, false))
+	// Work that may take an hour: only the replica's staleness can end it here.
+	_, err := b.store.DB().NewRaw("UPDATE ?.computations SET deadline = deadline + interval '1 hour'", bun.Ident(b.store.Schema())).Exec(ctx)
+	require.NoError(t, err)
+
+	b.clock.Advance(30 * time.Second) // older than the default 20s, younger than its own minute
+	_, err = b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
+	require.NoError(t, err)
+	res, err := b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Abandoned, "a replica within its own stale-after is alive")
+
+	b.clock.Advance(31 * time.Second)
+	_, err = b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
+	require.NoError(t, err)
+	res, err = b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1, "past its own stale-after, it is dead")
+	require.Equal(t, persistence.ReasonReplica("r1"), *res.Abandoned[0].Error)
+}
+
+// A process that starts under the replica id of a dead one (a pod restarted under its name)
+// heartbeats for the id, but the work the dead process claimed is not its own.
+func TestAbandonsTheWorkOfAnEarlierProcessOfTheSameReplica(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "restarted")
+	ctx := context.Background()
+	c := b.claim(t)
+	b.clock.Advance(time.Second)
+	res, err := b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Abandoned)
+
+	// The process dies and another starts with the same id; its heartbeats are fresh.
+	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", staleAfter, true))
+	res, err = b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	require.Equal(t, c.ID, res.Abandoned[0].ID)
+	require.Equal(t, persistence.ReasonRestarted("r1"), *res.Abandoned[0].Error)
+
+	// What the new process claims is its own.
+	again := b.claim(t)
+	require.Equal(t, 2, again.Attempt)
+	b.clock.Advance(time.Second)
+	b.alive(t)
+	res, err = b.sweeper.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Abandoned)
 }
 
 func TestAbandonsTheWorkOfAReplicaWithoutARow(t *testing.T) {

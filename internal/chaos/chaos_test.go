@@ -122,6 +122,43 @@ func countOutcome(w *worker, outcome string) int {
 	return n
 }
 
+// (m) A replica that freezes in the middle of a sweep (SIGSTOP, a long GC pause, a VM migration)
+// keeps nothing that others need: its sweep lease runs out, PostgreSQL ends its transaction after
+// IdleInTransactionTimeout and frees what it held, and another replica rescues the work.
+func TestReplicaFrozenMidSweepHoldsNothing(t *testing.T) {
+	cfg := defaults()
+	cfg.Sweep, cfg.WorkMin, cfg.WorkMax = 200, 3000, 3000
+	c := newCluster(t, pgtest.URL(t), cfg)
+	victim := c.start(t, "victim")
+	ids := c.submit(t, 10)
+	victim.waitFor(t, "all ten running", func(w *worker) bool { return w.count("started ") == 10 })
+
+	c.cfg.FreezeInSweep = true
+	freezer := c.start(t, "freezer")
+	c.cfg.FreezeInSweep = false
+	victim.signal(t, syscall.SIGKILL)
+	// Once the victim's lease has run out, the freezer sweeps, and stops itself mid-abandonment,
+	// holding the sweep lease, a computation's row and its execution's lock.
+	freezer.waitFor(t, "the freezer to freeze mid-sweep", func(w *worker) bool { return w.count("freezing ") > 0 })
+	frozenAt := time.Now()
+	c.start(t, "rescuer")
+	c.waitDone(t, 10, time.Minute)
+	t.Logf("10 executions rescued %v after a replica froze mid-sweep (idle-in-transaction timeout %v, lease %v)",
+		time.Since(frozenAt).Round(time.Millisecond), ms(cfg.IdleInTx), 3*ms(cfg.Sweep))
+	for _, comp := range c.audit(t, ids) {
+		if comp.State == persistence.StateAbandoned {
+			require.Equal(t, "victim", *comp.ReplicaID, "only the dead replica's work was abandoned")
+			continue
+		}
+		require.Equal(t, "rescuer", *comp.ReplicaID)
+	}
+
+	// Woken up, the freezer finds its transaction gone, and goes on without writing anything twice.
+	freezer.signal(t, syscall.SIGCONT)
+	freezer.stop(t)
+	c.audit(t, ids)
+}
+
 func TestRollingRestartConsumesNoAttempt(t *testing.T) {
 	cfg := defaults()
 	cfg.MaxWorkers = 20

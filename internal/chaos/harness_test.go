@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
@@ -30,7 +31,7 @@ func defaults() workerConfig {
 	return workerConfig{
 		MaxWorkers: 100, StaleAfter: 2000, ReplicaHB: 250, Sweep: 500, Poll: 500,
 		HBInterval: 500, HBTimeout: 10000, AbandonAfter: 60000,
-		WorkMin: 1000, WorkMax: 2000, StopGrace: 200, MaxAttempts: 5,
+		WorkMin: 1000, WorkMax: 2000, StopGrace: 200, IdleInTx: 2000, MaxAttempts: 5,
 	}
 }
 
@@ -51,7 +52,41 @@ func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
 	c := &cluster{cfg: cfg, g: chaosGraph(cfg)}
 	c.store, err = persistence.New(persistence.Config{DB: db, Schema: cfg.Schema, Graphs: []*graph.Graph{c.g}, Logger: logger})
 	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dump(t)
+		}
+	})
 	return c
+}
+
+// dump logs what the database says, for a failed test: the attempts by state and replica, the
+// replicas and the leases.
+func (c *cluster) dump(t *testing.T) {
+	for _, q := range []string{
+		`SELECT state, replica_id, attempt, count(*), min(claimed_at), max(heartbeat_deadline) FROM ?.computations GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
+		`SELECT replica_id, last_heartbeat, started_at, stale_after_ms, now() FROM ?.replica_heartbeats ORDER BY 1`,
+		`SELECT name, holder, expires_at, now() FROM ?.leases`,
+	} {
+		rows, err := c.store.DB().QueryContext(context.Background(), strings.ReplaceAll(q, "?", pgx.Identifier{c.cfg.Schema}.Sanitize()))
+		if err != nil {
+			t.Logf("dump: %v", err)
+			continue
+		}
+		cols, _ := rows.Columns()
+		t.Logf("dump: %v", cols)
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err == nil {
+				t.Logf("dump: %v", vals)
+			}
+		}
+		_ = rows.Close()
+	}
 }
 
 // worker is one replica process.

@@ -44,7 +44,11 @@ type workerConfig struct {
 	AbandonAfter           int64
 	WorkMin, WorkMax       int64
 	StopGrace              int64
+	IdleInTx               int64
 	MaxAttempts            int
+	// FreezeInSweep makes the worker SIGSTOP itself the first time its sweeper abandons a
+	// computation, inside that transaction, after saying "freezing".
+	FreezeInSweep bool
 	// BlockingHandler gives the worker an OnExecutionFailed handler that says "handling <key>"
 	// and then blocks.
 	BlockingHandler bool
@@ -108,14 +112,25 @@ func runWorker(raw string) int {
 			return ctx.Err()
 		}
 	}
+	var freeze sync.Once
+	storeHooks := persistence.Hooks{}
+	if cfg.FreezeInSweep {
+		storeHooks.Abandoning = func(c *persistence.Computation) {
+			freeze.Do(func() {
+				say("freezing %s", c.ExecutionID)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			})
+		}
+	}
 	rt, err := journey.New(ctx, journey.Config{
 		OnExecutionFailed: onFailed, NotificationTimeout: time.Minute,
 		DatabaseURL: cfg.URL, Schema: cfg.Schema, ReplicaID: cfg.ReplicaID,
 		Graphs:     []*graph.Graph{chaosGraph(cfg)},
 		MaxWorkers: cfg.MaxWorkers, PollInterval: ms(cfg.Poll), SweepInterval: ms(cfg.Sweep),
 		ReplicaHeartbeatInterval: ms(cfg.ReplicaHB), ReplicaStaleAfter: ms(cfg.StaleAfter),
+		IdleInTransactionTimeout: ms(cfg.IdleInTx),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Test: journey.TestConfig{Hooks: actors.Hooks{
+		Test: journey.TestConfig{StoreHooks: storeHooks, Hooks: actors.Hooks{
 			ComputationStarted: func(c *persistence.Computation, _, _ *actor.PID) {
 				say("started %s %d", c.ExecutionID, c.Attempt)
 			},

@@ -2,13 +2,14 @@
 -- Idempotent, like every migration here.
 
 -- One row per live replica, upserted every ReplicaHeartbeatInterval. A replica whose row is older
--- than the sweeping replica's ReplicaStaleAfter, or missing, has its RUNNING work abandoned.
+-- than its own ReplicaStaleAfter (stale_after_ms), or missing, has its RUNNING work abandoned, and
+-- so has work it claimed before its started_at (a restart under the same replica id).
 CREATE TABLE IF NOT EXISTS {{schema}}.replica_heartbeats (
     replica_id     text        PRIMARY KEY,
     last_heartbeat timestamptz NOT NULL,
     started_at     timestamptz NOT NULL,
     graphs         text[]      NOT NULL DEFAULT '{}',
-    -- the replica's own ReplicaStaleAfter, for the stale_replicas view
+    -- the replica's own ReplicaStaleAfter: the sweepers judge it by this
     stale_after_ms bigint      NOT NULL
 );
 
