@@ -129,7 +129,7 @@ func runWorker(raw string) int {
 		MaxWorkers: cfg.MaxWorkers, PollInterval: ms(cfg.Poll), SweepInterval: ms(cfg.Sweep),
 		ReplicaHeartbeatInterval: ms(cfg.ReplicaHB), ReplicaStaleAfter: ms(cfg.StaleAfter),
 		IdleInTransactionTimeout: ms(cfg.IdleInTx),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:                   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Test: journey.TestConfig{StoreHooks: storeHooks, Hooks: actors.Hooks{
 			ComputationStarted: func(c *persistence.Computation, _, _ *actor.PID) {
 				say("started %s %d", c.ExecutionID, c.Attempt)
