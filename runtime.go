@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	store, err := persistence.New(persistence.Config{
 		DB: db, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger, OnSave: r.fireSave,
-		Targets: cfg.targets(),
+		Routes: cfg.routes(),
 	})
 	if err != nil {
 		r.closePool()
@@ -135,9 +135,10 @@ func (r *Runtime) start() {
 	r.delivery = root.Spawn(actors.NewDelivery(actors.DeliveryConfig{
 		Store: r.store,
 		Policy: persistence.DeliveryPolicy{
-			Targets: r.cfg.deliveryTargets(), Backoff: r.cfg.Test.NotificationBackoff, MaxAttempts: r.cfg.MaxDeliveryAttempts,
+			SendTimeout: r.cfg.NotificationTimeout, Backoff: r.cfg.Test.NotificationBackoff,
+			Horizon: r.cfg.NotificationRetryHorizon, MaxAttempts: r.cfg.MaxDeliveryAttempts,
 		},
-		Send: r.send, Timeout: r.cfg.NotificationTimeout, PollInterval: r.cfg.PollInterval, Logger: r.logger,
+		Send: r.send, PollInterval: r.cfg.PollInterval, Logger: r.logger,
 	}))
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
 	connCfg := r.pool.Config().ConnConfig

@@ -67,9 +67,9 @@ type Config struct {
 	// OnSave is called after a commit for each saved value and each final failure. It must not
 	// block; the runtime hands the event to a goroutine of its own.
 	OnSave func(g *graph.Graph, e graph.SaveEvent)
-	// Targets lists, for each lifecycle event, where its claim sends it: TargetHandler and
-	// webhook URLs. Replicas are expected to share this configuration.
-	Targets map[string][]string
+	// Routes are the deliveries this replica can make. Its heartbeat row lists them, and a claim
+	// queues a delivery for every route of its event that any replica lists.
+	Routes []Route
 }
 
 // Store is the database layer of one replica.
@@ -83,7 +83,7 @@ type Store struct {
 	clock      clock.Clock
 	logger     *slog.Logger
 	onSave     func(g *graph.Graph, e graph.SaveEvent)
-	targets    map[string][]string
+	routes     []string // Route.String of each Config.Routes
 	sweepKey   string
 	promoteKey string
 }
@@ -106,15 +106,18 @@ func New(cfg Config) (*Store, error) {
 		clock:      cfg.Clock,
 		logger:     cfg.Logger,
 		onSave:     cfg.OnSave,
-		targets:    cfg.Targets,
 		sweepKey:   "journey-sweep:" + schema,
 		promoteKey: "journey-promote:" + schema,
+		routes:     make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
 	if s.logger == nil {
 		s.logger = slog.Default()
+	}
+	for _, r := range cfg.Routes {
+		s.routes = append(s.routes, r.String())
 	}
 	for _, g := range cfg.Graphs {
 		key := GraphKey(g.Name(), g.Version())
