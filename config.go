@@ -30,8 +30,8 @@ const (
 	DefaultReplicaStaleAfter = actors.DefaultReplicaStaleAfter
 	// DefaultNotificationTimeout bounds one handler call or webhook request.
 	DefaultNotificationTimeout = 10 * time.Second
-	// DefaultMaxDeliveryAttempts is how often a notification is tried before it is DEAD.
-	DefaultMaxDeliveryAttempts = 10
+	// DefaultNotificationRetryHorizon is how long a notification's delivery is retried.
+	DefaultNotificationRetryHorizon = 72 * time.Hour
 	// DefaultMaxConns is the pool size when the runtime opens the pool itself and the URL does
 	// not set pool_max_conns.
 	DefaultMaxConns = 20
@@ -91,8 +91,12 @@ type Config struct {
 	Webhooks []Webhook
 	// NotificationTimeout bounds one handler call or webhook request. Default 10s.
 	NotificationTimeout time.Duration
-	// MaxDeliveryAttempts: a notification that failed this many times is marked DEAD, visibly in
-	// Notifications. Default 10.
+	// NotificationRetryHorizon is how long after its event a delivery that fails is retried:
+	// with backoff from 1s, doubling, capped at an hour, and a last attempt at the horizon. A
+	// delivery that fails then is marked DEAD, visibly in Notifications. Default 72h.
+	NotificationRetryHorizon time.Duration
+	// MaxDeliveryAttempts, if positive, also marks a delivery DEAD after that many failed
+	// attempts, even within the horizon. Default 0: no cap, the horizon decides.
 	MaxDeliveryAttempts int
 	// IdleInTransactionTimeout is PostgreSQL's idle_in_transaction_session_timeout on the
 	// runtime's own connections. A replica frozen inside a transaction (SIGSTOP, a long GC pause,
@@ -129,7 +133,7 @@ type TestConfig struct {
 	// StoreHooks reach into the database layer.
 	StoreHooks persistence.Hooks
 	// NotificationBackoff replaces the wait between delivery attempts (default: 1s, doubling,
-	// capped at 5 minutes).
+	// capped at an hour).
 	NotificationBackoff func(attempts int) time.Duration
 }
 
@@ -148,7 +152,7 @@ func (c Config) withDefaults() Config {
 	c.LockTimeout = cmp.Or(c.LockTimeout, DefaultLockTimeout)
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.NotificationTimeout = cmp.Or(c.NotificationTimeout, DefaultNotificationTimeout)
-	c.MaxDeliveryAttempts = cmp.Or(c.MaxDeliveryAttempts, DefaultMaxDeliveryAttempts)
+	c.NotificationRetryHorizon = cmp.Or(c.NotificationRetryHorizon, DefaultNotificationRetryHorizon)
 	if c.Test.NotificationBackoff == nil {
 		c.Test.NotificationBackoff = deliveryBackoff
 	}
@@ -183,7 +187,7 @@ func (c Config) validate() error {
 		v    time.Duration
 	}{{"PollInterval", c.PollInterval}, {"SweepInterval", c.SweepInterval},
 		{"ReplicaHeartbeatInterval", c.ReplicaHeartbeatInterval}, {"ReplicaStaleAfter", c.ReplicaStaleAfter},
-		{"LockTimeout", c.LockTimeout}} {
+		{"LockTimeout", c.LockTimeout}, {"NotificationRetryHorizon", c.NotificationRetryHorizon}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative (%v): leave it zero for the default", d.name, d.v))
 		}
@@ -193,6 +197,10 @@ func (c Config) validate() error {
 			c.ReplicaStaleAfter, c.ReplicaHeartbeatInterval))
 	}
 	errs = append(errs, validateWebhooks(c.Webhooks)...)
+	if c.MaxDeliveryAttempts < 0 {
+		errs = append(errs, fmt.Errorf("config: MaxDeliveryAttempts is negative (%d): leave it zero to retry until NotificationRetryHorizon",
+			c.MaxDeliveryAttempts))
+	}
 	if c.MaxWorkers < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))
 	}

@@ -74,7 +74,9 @@
 //
 // Config.OnExecutionFailed, Config.OnExecutionCompleted and Config.Webhooks receive lifecycle
 // events, claimed exactly once across replicas and delivered at least once, with an idempotency
-// key that is the same at every delivery. VerifyWebhook checks a webhook's signature.
+// key that is the same at every delivery. A delivery that fails is retried with backoff for
+// Config.NotificationRetryHorizon (72 hours by default). VerifyWebhook checks a webhook's
+// signature.
 //
 // # Fencing
 //

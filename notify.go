@@ -50,7 +50,8 @@ type ExecutionEvent struct {
 	ExecutionID string    `json:"execution_id"`
 	Graph       string    `json:"graph"`
 	Version     string    `json:"version"`
-	// FailedNodes are the nodes that have used up their attempts, for EventExecutionFailed.
+	// FailedNodes are the nodes that had used up their attempts when the event was claimed, for
+	// EventExecutionFailed. A Retry before the delivery does not change them.
 	FailedNodes []FailedNode `json:"failed_nodes,omitempty"`
 	// IdempotencyKey is the same at every delivery of the event: receivers drop repeats by it.
 	IdempotencyKey string `json:"idempotency_key"`
@@ -119,40 +120,29 @@ func validateWebhooks(hooks []Webhook) []error {
 	return errs
 }
 
-// targets says where each event goes, for the claims.
-func (c Config) targets() map[string][]string {
-	out := map[string][]string{}
+// routes are the deliveries this replica can make: each handler, and each webhook for the
+// events it wants.
+func (c Config) routes() []persistence.Route {
+	var out []persistence.Route
 	if c.OnExecutionFailed != nil {
-		out[persistence.EventFailed] = append(out[persistence.EventFailed], persistence.TargetHandler)
+		out = append(out, persistence.Route{Event: persistence.EventFailed, Target: persistence.TargetHandler})
 	}
 	if c.OnExecutionCompleted != nil {
-		out[persistence.EventCompleted] = append(out[persistence.EventCompleted], persistence.TargetHandler)
+		out = append(out, persistence.Route{Event: persistence.EventCompleted, Target: persistence.TargetHandler})
 	}
 	for _, w := range c.Webhooks {
 		for _, e := range []EventType{EventExecutionFailed, EventExecutionCompleted} {
 			if w.wants(e) {
-				out[string(e)] = append(out[string(e)], w.URL)
+				out = append(out, persistence.Route{Event: string(e), Target: w.URL})
 			}
 		}
 	}
 	return out
 }
 
-// deliveryTargets are the targets this replica can deliver to.
-func (c Config) deliveryTargets() []string {
-	var out []string
-	if c.OnExecutionFailed != nil || c.OnExecutionCompleted != nil {
-		out = append(out, persistence.TargetHandler)
-	}
-	for _, w := range c.Webhooks {
-		out = append(out, w.URL)
-	}
-	return out
-}
-
-// deliveryBackoff is 1s, doubling, capped at 5 minutes.
+// deliveryBackoff is 1s, doubling, capped at an hour.
 func deliveryBackoff(attempts int) time.Duration {
-	return time.Duration(math.Min(float64(time.Second)*math.Pow(2, float64(attempts-1)), float64(5*time.Minute)))
+	return time.Duration(math.Min(float64(time.Second)*math.Pow(2, float64(attempts-1)), float64(time.Hour)))
 }
 
 func toEvent(n *persistence.Notice) ExecutionEvent {
@@ -160,8 +150,8 @@ func toEvent(n *persistence.Notice) ExecutionEvent {
 		Type: EventType(n.Event), ExecutionID: n.ExecutionID, Graph: n.GraphName, Version: n.GraphVersion,
 		IdempotencyKey: n.IdempotencyKey, OccurredAt: n.ClaimedAt,
 	}
-	for _, c := range n.FailedNodes {
-		e.FailedNodes = append(e.FailedNodes, FailedNode{Node: c.Node, Attempts: c.Attempt, Error: deref(c.Error)})
+	for _, f := range n.FailedNodes {
+		e.FailedNodes = append(e.FailedNodes, FailedNode(f))
 	}
 	return e
 }
@@ -290,7 +280,9 @@ type Notification struct {
 // NotificationDelivery is the delivery of a notification to one target: "handler" or a webhook URL.
 type NotificationDelivery struct {
 	Target string
-	// State is PENDING, DELIVERED, or DEAD once its attempts are used up.
+	// State is PENDING, DELIVERED, or DEAD once Config.NotificationRetryHorizon (or
+	// MaxDeliveryAttempts) is used up. A delivery to a target that no replica can make, such as
+	// a webhook since removed from every replica's configuration, stays PENDING.
 	State         string
 	Attempts      int
 	NextAttemptAt time.Time

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
 )
 
 // received collects the events handlers were given.
@@ -309,4 +311,275 @@ func TestBadWebhookConfig(t *testing.T) {
 		_, err := journey.New(context.Background(), cfg)
 		require.ErrorContains(t, err, tc.want)
 	}
+}
+
+func TestClaimByAReplicaWithoutTheWebhookReachesIt(t *testing.T) {
+	t.Parallel()
+	hits := make(chan journey.ExecutionEvent, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var e journey.ExecutionEvent
+		if err := json.NewDecoder(r.Body).Decode(&e); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		hits <- e
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+
+	// Mid rolling deploy: the old replica serves the graph and makes the claim; the new one has
+	// the webhook and serves another graph, so that it cannot be the claimer.
+	g := failingGraph()
+	old := testConfig(t, g)
+	old.ReplicaID = "old"
+	claimer := newRuntime(t, old)
+	added := old
+	added.ReplicaID = "new"
+	added.Graphs = []*graph.Graph{onboardingGraph(t)}
+	added.Webhooks = []journey.Webhook{{URL: srv.URL, Secret: "s3cret"}}
+	newRuntime(t, added)
+
+	ctx := testCtx(t)
+	ex, err := claimer.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = claimer.Set(ctx, ex.ID, "x", 1)
+	require.NoError(t, err)
+	var ns []journey.Notification
+	waitFor(t, "the failure to be claimed", func() bool {
+		ns, err = claimer.Notifications(ctx, ex.ID)
+		require.NoError(t, err)
+		return len(ns) == 1
+	})
+	require.Len(t, ns[0].Deliveries, 1, "the claim queues the webhook that another replica serves")
+	require.Equal(t, srv.URL, ns[0].Deliveries[0].Target)
+	select {
+	case e := <-hits:
+		require.Equal(t, ex.ID, e.ExecutionID)
+		require.Equal(t, journey.EventExecutionFailed, e.Type)
+	case <-ctx.Done():
+		t.Fatal("the webhook was never called")
+	}
+	ns = waitDelivered(t, claimer, ex.ID, 1)
+	require.Equal(t, 1, ns[0].Deliveries[0].Attempts)
+}
+
+func TestAReplicaTakesOnlyTheDeliveriesItCanMake(t *testing.T) {
+	t.Parallel()
+	completes := graph.MustNew("completes", "v1", []graph.Node{
+		graph.Input("name"),
+		graph.Compute("greeting", graph.Needs("name"), func(ctx context.Context, in graph.Values) (any, error) {
+			return "hi " + in.String("name"), nil
+		}),
+	}, graph.CompletesWhen(graph.Provided("greeting")))
+	failing := failingGraph()
+
+	// A has only OnExecutionCompleted, B only OnExecutionFailed: both handlers are target "handler".
+	completed := newReceived()
+	cfgA := testConfig(t, completes)
+	cfgA.ReplicaID = "a"
+	cfgA.OnExecutionCompleted = completed.handler
+	a := newRuntime(t, cfgA)
+	entered := make(chan string, 10)
+	release := make(chan struct{})
+	cfgB := cfgA
+	cfgB.ReplicaID = "b"
+	cfgB.Graphs = []*graph.Graph{failing}
+	cfgB.OnExecutionCompleted = nil
+	cfgB.OnExecutionFailed = func(ctx context.Context, e journey.ExecutionEvent) error {
+		entered <- e.ExecutionID
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	cfgB.NotificationTimeout = 25 * time.Second
+	b := newRuntime(t, cfgB)
+	ctx := testCtx(t)
+
+	fail := func() string {
+		ex, err := b.Start(ctx, failing)
+		require.NoError(t, err)
+		_, err = b.Set(ctx, ex.ID, "x", 1)
+		require.NoError(t, err)
+		return ex.ID
+	}
+	// B's delivery actor is busy with the first event while the second is claimed.
+	first := fail()
+	select {
+	case id := <-entered:
+		require.Equal(t, first, id)
+	case <-ctx.Done():
+		t.Fatal("B's handler was never called")
+	}
+	second := fail()
+	waitFor(t, "the second failure to be claimed", func() bool {
+		ns, err := b.Notifications(ctx, second)
+		require.NoError(t, err)
+		return len(ns) == 1
+	})
+	// A completion, claimed after the second failure: A's delivery actor takes the oldest due
+	// delivery first, so once it has delivered this one it has passed the second failure by.
+	ex, err := a.Start(ctx, completes)
+	require.NoError(t, err)
+	_, err = a.Set(ctx, ex.ID, "name", "Mario")
+	require.NoError(t, err)
+	completed.waitCount(t, 1)
+
+	close(release)
+	for _, id := range []string{first, second} {
+		ns := waitDelivered(t, b, id, 1)
+		require.Len(t, ns[0].Deliveries, 1)
+		d := ns[0].Deliveries[0]
+		require.Equal(t, 1, d.Attempts, "no attempt of %s was burnt by a replica without the handler", id)
+		require.Empty(t, d.LastError)
+	}
+	require.Len(t, completed.all(), 1)
+	require.Equal(t, ex.ID, completed.all()[0].ExecutionID)
+}
+
+func TestDeliveryRetriesUntilTheHorizon(t *testing.T) {
+	t.Parallel()
+	const horizon = journey.DefaultNotificationRetryHorizon
+	var calls atomic.Int64
+	stub := clock.NewStub(time.Now())
+	g := failingGraph()
+	cfg := testConfig(t, g)
+	cfg.Test.Clock = stub
+	cfg.OnExecutionFailed = func(ctx context.Context, e journey.ExecutionEvent) error {
+		calls.Add(1)
+		return errors.New("receiver down")
+	}
+	rt := newRuntime(t, cfg)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "x", 1)
+	require.NoError(t, err)
+
+	var claimedAt time.Time
+	delivery := func() journey.NotificationDelivery {
+		ns, err := rt.Notifications(ctx, ex.ID)
+		require.NoError(t, err)
+		require.Len(t, ns, 1)
+		require.Len(t, ns[0].Deliveries, 1)
+		claimedAt = ns[0].ClaimedAt
+		return ns[0].Deliveries[0]
+	}
+	waitFor(t, "the first attempt", func() bool {
+		ns, err := rt.Notifications(ctx, ex.ID)
+		require.NoError(t, err)
+		return len(ns) == 1 && ns[0].Deliveries[0].Attempts == 1
+	})
+	d := delivery()
+	// attemptAt moves the clock to at and waits for the attempt it makes due.
+	attemptAt := func(at time.Time) {
+		t.Helper()
+		stub.Set(at)
+		waitFor(t, "the next attempt", func() bool { return delivery().Attempts == d.Attempts+1 })
+		d = delivery()
+		if d.State == "PENDING" {
+			require.LessOrEqual(t, d.NextAttemptAt.Sub(at), time.Hour, "the backoff is capped at an hour")
+			require.False(t, d.NextAttemptAt.After(claimedAt.Add(horizon)), "no attempt is planned past the horizon")
+		}
+	}
+	// Attempt after attempt, as time goes, past the 10 attempts and 8.5 minutes that used to kill it.
+	for stub.Now().Sub(claimedAt) < 9*time.Minute {
+		attemptAt(d.NextAttemptAt)
+		require.Equal(t, "PENDING", d.State, "still retried %v after the event", stub.Now().Sub(claimedAt))
+	}
+	attemptAt(claimedAt.Add(23 * time.Hour))
+	require.Equal(t, "PENDING", d.State, "still retried 23 hours after the event")
+	attemptAt(claimedAt.Add(horizon - time.Minute))
+	require.Equal(t, "PENDING", d.State, "still retried just before the horizon")
+	require.WithinDuration(t, claimedAt.Add(horizon), d.NextAttemptAt, 0, "a last attempt at the horizon")
+	attemptAt(d.NextAttemptAt)
+	require.Equal(t, "DEAD", d.State, "dead once the horizon has passed")
+	require.Contains(t, d.LastError, "receiver down")
+	require.Equal(t, int64(d.Attempts), calls.Load(), "every attempt called the handler")
+}
+
+func TestFailedNodesAreThoseOfTheClaim(t *testing.T) {
+	t.Parallel()
+	var fixed atomic.Bool
+	g := graph.MustNew("fixed_later", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			if fixed.Load() {
+				return "ok", nil
+			}
+			return nil, graph.Permanent(errors.New("broken"))
+		}),
+	})
+	stub := clock.NewStub(time.Now())
+	events := make(chan journey.ExecutionEvent, 10)
+	var calls atomic.Int64
+	cfg := testConfig(t, g)
+	cfg.Test.Clock = stub
+	cfg.OnExecutionFailed = func(ctx context.Context, e journey.ExecutionEvent) error {
+		events <- e
+		if calls.Add(1) == 1 {
+			return errors.New("receiver down")
+		}
+		return nil
+	}
+	rt := newRuntime(t, cfg)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "x", 1)
+	require.NoError(t, err)
+	want := []journey.FailedNode{{Node: "y", Attempts: 1, Error: "broken"}}
+	next := func() journey.ExecutionEvent {
+		select {
+		case e := <-events:
+			return e
+		case <-ctx.Done():
+			t.Fatal("the handler was not called")
+			return journey.ExecutionEvent{}
+		}
+	}
+	require.Equal(t, want, next().FailedNodes)
+
+	// Retried and fixed before the delivery's next attempt, which the frozen clock holds back.
+	fixed.Store(true)
+	require.NoError(t, rt.Retry(ctx, ex.ID, "y"))
+	_, err = rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+	require.NoError(t, err)
+	stub.Advance(time.Minute)
+	require.Equal(t, want, next().FailedNodes, "the event reports the failure it announces")
+	waitDelivered(t, rt, ex.ID, 1)
+}
+
+func TestSlowDeliveryOutlivesTheIdleTransactionTimeout(t *testing.T) {
+	t.Parallel()
+	g := failingGraph()
+	cfg := testConfig(t, g)
+	u, err := url.Parse(cfg.DatabaseURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("idle_in_transaction_session_timeout", "1000") // as an operator may set it on every connection
+	u.RawQuery = q.Encode()
+	cfg.DatabaseURL = u.String()
+	var calls atomic.Int64
+	cfg.OnExecutionFailed = func(ctx context.Context, e journey.ExecutionEvent) error {
+		calls.Add(1)
+		select { // a slow receiver: its delivery's transaction stays idle longer than the timeout
+		case <-time.After(2 * time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	rt := newRuntime(t, cfg)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "x", 1)
+	require.NoError(t, err)
+	ns := waitDelivered(t, rt, ex.ID, 1)
+	require.Len(t, ns[0].Deliveries, 1)
+	require.Equal(t, 1, ns[0].Deliveries[0].Attempts)
+	require.Equal(t, int64(1), calls.Load())
 }

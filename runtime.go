@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	store, err := persistence.New(persistence.Config{
 		DB: db, HeartbeatDB: hbdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
-		OnSave: r.fireSave, Targets: cfg.targets(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
+		OnSave: r.fireSave, Routes: cfg.routes(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
 	})
 	if err != nil {
 		r.closePool()
@@ -154,9 +154,10 @@ func (r *Runtime) start() {
 	r.delivery = root.Spawn(actors.NewDelivery(actors.DeliveryConfig{
 		Store: r.store,
 		Policy: persistence.DeliveryPolicy{
-			Targets: r.cfg.deliveryTargets(), Backoff: r.cfg.Test.NotificationBackoff, MaxAttempts: r.cfg.MaxDeliveryAttempts,
+			SendTimeout: r.cfg.NotificationTimeout, Backoff: r.cfg.Test.NotificationBackoff,
+			Horizon: r.cfg.NotificationRetryHorizon, MaxAttempts: r.cfg.MaxDeliveryAttempts,
 		},
-		Send: r.send, Timeout: r.cfg.NotificationTimeout, PollInterval: r.cfg.PollInterval, Logger: r.logger,
+		Send: r.send, PollInterval: r.cfg.PollInterval, Logger: r.logger,
 	}))
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
 	connCfg := r.pool.Config().ConnConfig

@@ -19,10 +19,9 @@ const maxDeliveriesPerRound = 100
 type DeliveryConfig struct {
 	Store  *persistence.Store
 	Policy persistence.DeliveryPolicy
-	// Send delivers one notice to its target; an error means it will be retried.
+	// Send delivers one notice to its target, within Policy.SendTimeout; an error means it will be
+	// retried.
 	Send func(ctx context.Context, n *persistence.Notice) error
-	// Timeout bounds one delivery's transaction, the send included.
-	Timeout time.Duration
 	// PollInterval is the fallback for missed notifications.
 	PollInterval time.Duration
 	Logger       *slog.Logger
@@ -75,9 +74,9 @@ func (d *delivery) Receive(ctx actor.Context) {
 // runOnce delivers what is due, up to a bound.
 func (d *delivery) runOnce() {
 	for range maxDeliveriesPerRound {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Timeout+5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Policy.SendTimeout+persistence.DeliverySlack)
 		found, err := d.cfg.Store.DeliverOne(ctx, d.cfg.Policy, func(_ context.Context, n *persistence.Notice) error {
-			sctx, scancel := context.WithTimeout(ctx, d.cfg.Timeout)
+			sctx, scancel := context.WithTimeout(ctx, d.cfg.Policy.SendTimeout)
 			defer scancel()
 			return d.cfg.Send(sctx, n)
 		})

@@ -2,10 +2,14 @@ package persistence
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
 // Lifecycle events.
@@ -27,30 +31,69 @@ const TargetHandler = "handler"
 // PayloadNotice is the NOTIFY payload that wakes the delivery actors.
 const PayloadNotice = "n"
 
+// Route is a lifecycle event and a target that a replica can deliver it to: TargetHandler or a
+// webhook URL.
+type Route struct {
+	Event  string
+	Target string
+}
+
+// String is the route as replica_heartbeats.targets lists it: the event, a space, the target.
+func (r Route) String() string { return r.Event + " " + r.Target }
+
+// FailedNode is a node that had used up its attempts when a failure was claimed.
+type FailedNode struct {
+	Node     string `json:"node"`
+	Attempts int    `json:"attempts"`
+	Error    string `json:"error"`
+}
+
+// failedNodes are the nodes whose latest attempt ended their budget, by name.
+func (st *execState) failedNodes() []FailedNode {
+	out := []FailedNode{}
+	for _, c := range st.latest {
+		if c.failedForGood() {
+			f := FailedNode{Node: c.Node, Attempts: c.Attempt}
+			if c.Error != nil {
+				f.Error = *c.Error
+			}
+			out = append(out, f)
+		}
+	}
+	slices.SortFunc(out, func(a, b FailedNode) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}
+
 // claimEvent claims an event of the execution, once per phase whichever replicas race, and
-// writes its deliveries to the outbox, in the transaction of the change that caused it.
+// writes its deliveries to the outbox, in the transaction of the change that caused it: one per
+// target that any replica lists for the event in replica_heartbeats, or that this one can make.
+// A failure keeps the nodes that had failed, for the event to report at every delivery.
 func (s *Store) claimEvent(ctx context.Context, tx bun.IDB, st *execState, event string) error {
 	phase := 0
+	var failed any // NULL but for a failure
 	if event == EventFailed {
 		phase = st.exec.FailurePhase
+		b, _ := json.Marshal(st.failedNodes()) // strings and ints always encode
+		failed = string(b)
 	}
 	key := fmt.Sprintf("%s:%s:%d", st.exec.ID, event, phase)
-	res, err := tx.NewRaw(s.q(`INSERT INTO {s}.notification_claims (execution_id, event, phase, idempotency_key, claimed_at)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`), st.exec.ID, event, phase, key, st.now).Exec(ctx)
+	res, err := tx.NewRaw(s.q(`INSERT INTO {s}.notification_claims (execution_id, event, phase, idempotency_key, claimed_at, failed_nodes)
+		VALUES (?, ?, ?, ?, ?, ?::jsonb) ON CONFLICT DO NOTHING`), st.exec.ID, event, phase, key, st.now, failed).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("claiming %s of %s: %w", event, st.exec.ID, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return nil // claimed already, by this phase's first failure or by another replica
 	}
-	for _, target := range s.targets[event] {
-		_, err := tx.NewRaw(s.q(`INSERT INTO {s}.notification_deliveries (idempotency_key, target, next_attempt_at, created_at)
-			VALUES (?, ?, ?, ?)`), key, target, st.now, st.now).Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("queueing %s of %s for %s: %w", event, st.exec.ID, target, err)
-		}
+	res, err = tx.NewRaw(s.q(`INSERT INTO {s}.notification_deliveries (idempotency_key, target, next_attempt_at, created_at)
+		SELECT ?, substr(route, length(?) + 2), ?, ?
+		FROM (SELECT unnest(targets) FROM {s}.replica_heartbeats UNION SELECT unnest(?::text[])) AS r (route)
+		WHERE starts_with(route, ? || ' ')
+		ORDER BY route`), key, event, st.now, st.now, pgdialect.Array(s.routes), event).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("queueing the deliveries of %s of %s: %w", event, st.exec.ID, err)
 	}
-	if len(s.targets[event]) > 0 {
+	if n, _ := res.RowsAffected(); n > 0 {
 		return s.notify(ctx, tx, PayloadNotice)
 	}
 	return nil
@@ -77,50 +120,63 @@ type Notice struct {
 	IdempotencyKey string    `bun:"idempotency_key"`
 	Target         string    `bun:"target"`
 	Attempts       int       `bun:"attempts"`
+	CreatedAt      time.Time `bun:"created_at"`
 	ExecutionID    string    `bun:"execution_id"`
 	Event          string    `bun:"event"`
 	Phase          int       `bun:"phase"`
 	ClaimedAt      time.Time `bun:"claimed_at"`
 	GraphName      string    `bun:"graph_name"`
 	GraphVersion   string    `bun:"graph_version"`
-	// FailedNodes are the nodes that have used up their attempts, read when the notice is sent.
-	FailedNodes []*Computation `bun:"-"`
+	// FailedNodes are the nodes that had used up their attempts when the failure was claimed.
+	FailedNodes []FailedNode `bun:"failed_nodes"`
 }
 
-// DeliveryPolicy says how deliveries are retried.
+// DeliverySlack is how much longer than its send a delivery's transaction may last.
+const DeliverySlack = 5 * time.Second
+
+// DeliveryPolicy says how deliveries are made and retried.
 type DeliveryPolicy struct {
-	// Targets are the targets this replica can deliver to.
-	Targets []string
+	// SendTimeout bounds one send. The delivery's transaction, idle meanwhile, is allowed
+	// SendTimeout plus DeliverySlack, whatever the session's idle_in_transaction_session_timeout.
+	SendTimeout time.Duration
 	// Backoff is the wait before the attempt after the given number of failed ones.
 	Backoff func(attempts int) time.Duration
-	// MaxAttempts: after that many failures a delivery is dead.
+	// Horizon is how long after its event a delivery is retried. The last attempt is made at the
+	// horizon; a delivery that fails then is dead.
+	Horizon time.Duration
+	// MaxAttempts, if positive, also makes a delivery dead after that many failures.
 	MaxAttempts int
 }
 
-// DeliverOne takes the oldest due delivery of the policy's targets and sends it, holding its row
-// locked meanwhile, so that a replica that dies mid-delivery leaves it to the others. It records
-// the outcome: delivered, or an error and the time of the next attempt, or dead once the attempts
-// are used up. It reports whether it found a delivery.
+// DeliverOne takes the oldest due delivery that this replica can make (one of its routes) and
+// sends it, holding its row locked meanwhile, so that a replica that dies mid-delivery leaves it
+// to the others. It records the outcome: delivered, or an error and the time of the next attempt,
+// or dead once the policy's horizon (or attempts) are used up. It reports whether it found a
+// delivery.
 func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func(ctx context.Context, n *Notice) error) (bool, error) {
-	if len(policy.Targets) == 0 {
+	if len(s.routes) == 0 {
 		return false, nil
 	}
 	found := false
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		idle := (policy.SendTimeout + DeliverySlack).Milliseconds()
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", idle)); err != nil {
+			return fmt.Errorf("allowing the delivery's transaction to wait for its send: %w", err)
+		}
 		now, err := s.now(ctx, tx)
 		if err != nil {
 			return err
 		}
 		var notices []*Notice
-		err = tx.NewRaw(s.q(`SELECT d.id, d.idempotency_key, d.target, d.attempts,
-				c.execution_id, c.event, c.phase, c.claimed_at, e.graph_name, e.graph_version
+		err = tx.NewRaw(s.q(`SELECT d.id, d.idempotency_key, d.target, d.attempts, d.created_at,
+				c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes, e.graph_name, e.graph_version
 			FROM {s}.notification_deliveries d
 			JOIN {s}.notification_claims c USING (idempotency_key)
 			JOIN {s}.executions e ON e.id = c.execution_id
-			WHERE d.state = 'PENDING' AND d.next_attempt_at <= ? AND d.target IN (?)
+			WHERE d.state = 'PENDING' AND d.next_attempt_at <= ? AND c.event || ' ' || d.target IN (?)
 			ORDER BY d.next_attempt_at, d.id
 			LIMIT 1
-			FOR UPDATE OF d SKIP LOCKED`), now, bun.List(policy.Targets)).Scan(ctx, &notices)
+			FOR UPDATE OF d SKIP LOCKED`), now, bun.List(s.routes)).Scan(ctx, &notices)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("taking a delivery: %w", err)
 		}
@@ -129,32 +185,31 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		}
 		found = true
 		n := notices[0]
-		if n.Event == EventFailed {
-			err := tx.NewRaw(s.q(`SELECT * FROM (SELECT DISTINCT ON (node) * FROM {s}.computations
-				WHERE execution_id = ? ORDER BY node, id DESC) latest
-				WHERE state IN ('FAILED', 'ABANDONED') ORDER BY node`), n.ExecutionID).Scan(ctx, &n.FailedNodes)
-			if err != nil && !isNoRows(err) {
-				return fmt.Errorf("reading the failed nodes of %s: %w", n.ExecutionID, err)
-			}
-		}
 		sendErr := send(ctx, n)
 		attempts := n.Attempts + 1
+		horizon := n.CreatedAt.Add(policy.Horizon)
+		next := now.Add(policy.Backoff(attempts))
+		if next.After(horizon) {
+			next = horizon // a last attempt at the horizon
+		}
 		switch {
 		case sendErr == nil:
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
 				SET state = 'DELIVERED', attempts = ?, delivered_at = coalesce(?::timestamptz, now()) WHERE id = ?`),
 				attempts, s.clock.NowOrNil(), n.DeliveryID).Exec(ctx)
-		case attempts >= policy.MaxAttempts:
+		case !now.Before(horizon) || (policy.MaxAttempts > 0 && attempts >= policy.MaxAttempts):
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
 				SET state = 'DEAD', attempts = ?, last_error = ? WHERE id = ?`), attempts, sendErr.Error(), n.DeliveryID).Exec(ctx)
-			s.logger.Error("notification dead: its delivery attempts are used up", "service", "delivery",
-				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts, "error", sendErr)
+			s.logger.Error("notification dead: its retry horizon or its attempts are used up", "service", "delivery",
+				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
+				"age", now.Sub(n.CreatedAt), "error", sendErr)
 		default:
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
 				SET attempts = ?, last_error = ?, next_attempt_at = ? WHERE id = ?`),
-				attempts, sendErr.Error(), now.Add(policy.Backoff(attempts)), n.DeliveryID).Exec(ctx)
+				attempts, sendErr.Error(), next, n.DeliveryID).Exec(ctx)
 			s.logger.Warn("notification delivery failed; retrying", "service", "delivery",
-				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts, "error", sendErr)
+				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
+				"next_attempt_at", next, "error", sendErr)
 		}
 		if err != nil {
 			return fmt.Errorf("recording delivery %d: %w", n.DeliveryID, err)

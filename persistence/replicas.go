@@ -15,21 +15,25 @@ type Replica struct {
 	StartedAt     time.Time `bun:"started_at"`
 	Graphs        []string  `bun:"graphs,array"`
 	StaleAfterMS  int64     `bun:"stale_after_ms"`
+	// Targets are the deliveries the replica can make, as Route.String gives them.
+	Targets []string `bun:"targets,array"`
 	// Stale is true when the row is older than the replica's own stale-after.
 	Stale bool `bun:"stale"`
 }
 
-// ReplicaHeartbeat upserts this replica's row: it is alive, serves these graphs, and should be
-// thought dead after staleAfter without a heartbeat. start marks the first heartbeat of a process:
-// its started_at is now, so the sweepers abandon what an earlier process with the same replica id
-// (a pod restarted under its name) claimed and left RUNNING.
+// ReplicaHeartbeat upserts this replica's row: it is alive, serves these graphs, can make these
+// deliveries (its routes), and should be thought dead after staleAfter without a heartbeat. start
+// marks the first heartbeat of a process: its started_at is now, so the sweepers abandon what an
+// earlier process with the same replica id (a pod restarted under its name) claimed and left
+// RUNNING.
 func (s *Store) ReplicaHeartbeat(ctx context.Context, replicaID string, staleAfter time.Duration, start bool) error {
-	_, err := s.heartbeatDB().NewRaw(s.q(`INSERT INTO {s}.replica_heartbeats AS r (replica_id, last_heartbeat, started_at, graphs, stale_after_ms)
-		VALUES (?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?)
+	_, err := s.heartbeatDB().NewRaw(s.q(`INSERT INTO {s}.replica_heartbeats AS r (replica_id, last_heartbeat, started_at, graphs, stale_after_ms, targets)
+		VALUES (?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?, ?)
 		ON CONFLICT (replica_id) DO UPDATE
 		SET last_heartbeat = excluded.last_heartbeat, graphs = excluded.graphs, stale_after_ms = excluded.stale_after_ms,
-			started_at = CASE WHEN ? THEN excluded.started_at ELSE r.started_at END`),
-		replicaID, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds(), start).Exec(ctx)
+			targets = excluded.targets, started_at = CASE WHEN ? THEN excluded.started_at ELSE r.started_at END`),
+		replicaID, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds(),
+		pgdialect.Array(s.routes), start).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("writing the heartbeat of replica %s: %w", replicaID, err)
 	}

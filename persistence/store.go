@@ -77,9 +77,9 @@ type Config struct {
 	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) waits for
 	// a lock. Default 3s.
 	LockTimeout time.Duration
-	// Targets lists, for each lifecycle event, where its claim sends it: TargetHandler and
-	// webhook URLs. Replicas are expected to share this configuration.
-	Targets map[string][]string
+	// Routes are the deliveries this replica can make. Its heartbeat row lists them, and a claim
+	// queues a delivery for every route of its event that any replica lists.
+	Routes []Route
 }
 
 // Hooks are test-only knobs of a Store. The zero value changes nothing.
@@ -101,7 +101,7 @@ type Store struct {
 	clock       clock.Clock
 	logger      *slog.Logger
 	onSave      func(g *graph.Graph, e graph.SaveEvent)
-	targets     map[string][]string
+	routes      []string // Route.String of each Config.Routes
 	sweepLease  string
 	promoteKey  string
 	lockTimeout time.Duration
@@ -127,16 +127,19 @@ func New(cfg Config) (*Store, error) {
 		clock:       cfg.Clock,
 		logger:      cfg.Logger,
 		onSave:      cfg.OnSave,
-		targets:     cfg.Targets,
 		promoteKey:  "journey-promote:" + schema,
 		lockTimeout: cmp.Or(cfg.LockTimeout, 3*time.Second),
 		hooks:       cfg.Hooks,
+		routes:      make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
 	if s.logger == nil {
 		s.logger = slog.Default()
+	}
+	for _, r := range cfg.Routes {
+		s.routes = append(s.routes, r.String())
 	}
 	for _, g := range cfg.Graphs {
 		key := GraphKey(g.Name(), g.Version())
