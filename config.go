@@ -32,6 +32,8 @@ const (
 	DefaultNotificationTimeout = 10 * time.Second
 	// DefaultMaxDeliveryAttempts is how often a notification is tried before it is DEAD.
 	DefaultMaxDeliveryAttempts = 10
+	// DefaultMaxValueBytes caps the JSON encoding of a value: 1 MiB.
+	DefaultMaxValueBytes = actors.DefaultMaxValueBytes
 	// DefaultMaxConns is the pool size when the runtime opens the pool itself and the URL does
 	// not set pool_max_conns.
 	DefaultMaxConns = 20
@@ -86,6 +88,11 @@ type Config struct {
 	// MaxDeliveryAttempts: a notification that failed this many times is marked DEAD, visibly in
 	// Notifications. Default 10.
 	MaxDeliveryAttempts int
+	// MaxValueBytes caps the size of a value's JSON encoding. Set, SetMany and Start refuse a
+	// larger value, or metadata, with ErrInvalidValue; a computation whose result is larger
+	// fails at once, with no retry. The values the runtime builds itself, such as a historian's,
+	// are not capped. Default 1 MiB (DefaultMaxValueBytes).
+	MaxValueBytes int
 	// SkipMigrations skips the schema migrations at New, for deployments that run
 	// `journey migrate` themselves. Default false.
 	SkipMigrations bool
@@ -117,6 +124,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.NotificationTimeout = cmp.Or(c.NotificationTimeout, DefaultNotificationTimeout)
 	c.MaxDeliveryAttempts = cmp.Or(c.MaxDeliveryAttempts, DefaultMaxDeliveryAttempts)
+	c.MaxValueBytes = cmp.Or(c.MaxValueBytes, DefaultMaxValueBytes)
 	if c.Test.NotificationBackoff == nil {
 		c.Test.NotificationBackoff = deliveryBackoff
 	}
@@ -162,6 +170,9 @@ func (c Config) validate() error {
 	errs = append(errs, validateWebhooks(c.Webhooks)...)
 	if c.MaxWorkers < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))
+	}
+	if c.MaxValueBytes < 0 {
+		errs = append(errs, fmt.Errorf("config: MaxValueBytes is negative (%d): leave it zero for the default", c.MaxValueBytes))
 	}
 	if len(c.Schema) > 63 {
 		errs = append(errs, fmt.Errorf("config: Schema %q is too long: PostgreSQL names have at most 63 bytes", c.Schema))

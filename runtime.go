@@ -125,7 +125,8 @@ func (r *Runtime) start() {
 	root := r.system.Root
 	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, MaxWorkers: r.cfg.MaxWorkers,
-		PollInterval: r.cfg.PollInterval, Logger: r.logger, Base: base, Running: &r.running, Hooks: r.cfg.Test.Hooks,
+		PollInterval: r.cfg.PollInterval, MaxValueBytes: r.cfg.MaxValueBytes, Logger: r.logger, Base: base,
+		Running: &r.running, Hooks: r.cfg.Test.Hooks,
 	}))
 	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,

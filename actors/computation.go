@@ -43,6 +43,8 @@ type computationEnv struct {
 	running    *sync.WaitGroup // the goroutines of the running functions
 	heartbeats *actor.PID      // the heartbeat batcher
 	hooks      Hooks
+	// maxValueBytes caps the JSON encoding of a result.
+	maxValueBytes int
 }
 
 // claimLost tells a computation that its claim is gone or can no longer be kept.
@@ -146,6 +148,9 @@ func (a *computation) run(ctx context.Context) string {
 	raw, err := json.Marshal(result)
 	if err != nil {
 		return a.record(ctx, graph.Permanent(fmt.Errorf("the result of %q is not JSON-encodable: %w", a.c.Node, err)), nil, nil)
+	}
+	if err := persistence.CheckValue(raw, a.env.maxValueBytes); err != nil {
+		return a.record(ctx, graph.Permanent(fmt.Errorf("the result of %q cannot be stored: %w", a.c.Node, err)), nil, nil)
 	}
 	return a.record(ctx, nil, raw, used)
 }

@@ -16,7 +16,9 @@ import (
 const (
 	DefaultMaxWorkers   = 100
 	DefaultPollInterval = time.Second
-	claimTimeout        = 10 * time.Second
+	// DefaultMaxValueBytes caps the JSON encoding of a function's result: 1 MiB.
+	DefaultMaxValueBytes = 1 << 20
+	claimTimeout         = 10 * time.Second
 )
 
 // DispatcherConfig configures the dispatcher of one replica.
@@ -27,7 +29,10 @@ type DispatcherConfig struct {
 	MaxWorkers int
 	// PollInterval is the fallback poll for missed notifications. Default 1s.
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// MaxValueBytes caps the JSON encoding of a function's result: a larger one fails the
+	// attempt for good. Default 1 MiB.
+	MaxValueBytes int
+	Logger        *slog.Logger
 	// Base is the parent context of every computation's function.
 	Base context.Context
 	// Running, if set, counts the computation goroutines, so that a stop can wait for them.
@@ -69,6 +74,9 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
+	if cfg.MaxValueBytes <= 0 {
+		cfg.MaxValueBytes = DefaultMaxValueBytes
+	}
 	if cfg.Base == nil {
 		cfg.Base = context.Background()
 	}
@@ -77,7 +85,7 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 		cfg.Running = new(sync.WaitGroup)
 	}
 	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
-		running: cfg.Running, hooks: cfg.Hooks}
+		running: cfg.Running, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &dispatcher{cfg: cfg, env: env, logger: logger, drained: make(chan struct{}), running: map[string]bool{}}
 	}, actor.WithSupervisor(stopStrategy))
