@@ -14,6 +14,7 @@ import (
 	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/migrations"
 	"github.com/journey-go/journey/persistence"
 	"github.com/journey-go/journey/sweeper"
 )
@@ -48,7 +49,8 @@ type Config struct {
 	// Pool is a ready pgx pool to use instead of DatabaseURL. The runtime does not close it. Its
 	// connections should use pgx.QueryExecModeSimpleProtocol, as the runtime's own pool does.
 	Pool *pgxpool.Pool
-	// Schema holds journey's tables. Default "journey". It is created if missing.
+	// Schema holds journey's tables: at most 63 bytes, without ? or NUL. Default "journey". It is
+	// created if missing.
 	Schema string
 	// Graphs are the graphs this replica serves: it runs their computations, and Start accepts
 	// only these. At least one is required.
@@ -174,8 +176,8 @@ func (c Config) validate() error {
 	if c.MaxValueBytes < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxValueBytes is negative (%d): leave it zero for the default", c.MaxValueBytes))
 	}
-	if len(c.Schema) > 63 {
-		errs = append(errs, fmt.Errorf("config: Schema %q is too long: PostgreSQL names have at most 63 bytes", c.Schema))
+	if err := migrations.ValidSchema(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("config: Schema: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -137,3 +137,16 @@ func TestMaxValueBytes(t *testing.T) {
 	require.NoError(t, h.Decode(&entries))
 	require.Len(t, entries, 1)
 }
+
+func TestSchemaNameIsCheckedAtNew(t *testing.T) {
+	t.Parallel()
+	g := onboardingGraph(t)
+	for _, schema := range []string{"what?", "nul\x00", strings.Repeat("s", 64)} {
+		cfg := testConfig(t, g)
+		cfg.Schema = schema
+		cfg.SkipMigrations = true
+		_, err := journey.New(context.Background(), cfg)
+		require.ErrorContains(t, err, "config: Schema", "%q", schema)
+		require.ErrorContains(t, err, "schema name", "%q", schema)
+	}
+}
