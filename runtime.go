@@ -15,6 +15,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
@@ -80,7 +81,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("journey: parsing Config.DatabaseURL: %w", err)
 		}
 		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-		if _, set := pcfg.ConnConfig.RuntimeParams["pool_max_conns"]; !set && pcfg.MaxConns < DefaultMaxConns {
+		if !setsPoolMaxConns(cfg.DatabaseURL) && pcfg.MaxConns < DefaultMaxConns {
 			pcfg.MaxConns = DefaultMaxConns
 		}
 		if r.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
@@ -236,6 +237,13 @@ func (r *Runtime) stop(ctx context.Context) error {
 	r.closePool()
 	r.logger.Info("journey runtime stopped")
 	return errors.Join(errs...)
+}
+
+// setsPoolMaxConns reports whether connString sets pool_max_conns. pgxpool.ParseConfig reads it
+// and removes it from the parameters, so it is looked for in pgconn's parse, which keeps it.
+func setsPoolMaxConns(connString string) bool {
+	c, err := pgconn.ParseConfig(connString)
+	return err == nil && c.RuntimeParams["pool_max_conns"] != ""
 }
 
 func (r *Runtime) closePool() {
