@@ -54,6 +54,7 @@ type Runtime struct {
 	delivery   *actor.PID
 	http       *http.Client
 	cancelBase context.CancelFunc
+	claims     *actors.ClaimGate
 	running    sync.WaitGroup // computation goroutines
 	saves      sync.WaitGroup // OnSave callbacks
 
@@ -122,12 +123,13 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 func (r *Runtime) start() {
 	base, cancel := context.WithCancel(context.Background())
 	r.cancelBase = cancel
+	r.claims = actors.NewClaimGate()
 	r.system = actors.NewSystem(r.logger)
 	root := r.system.Root
 	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, MaxWorkers: r.cfg.MaxWorkers,
 		PollInterval: r.cfg.PollInterval, MaxValueBytes: r.cfg.MaxValueBytes, Logger: r.logger, Base: base,
-		Running: &r.running, Hooks: r.cfg.Test.Hooks,
+		Running: &r.running, Gate: r.claims, Hooks: r.cfg.Test.Hooks,
 	}))
 	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
@@ -192,7 +194,8 @@ func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 // Stop stops the replica gracefully. It stops claiming, lets the running computations finish
 // until ctx ends, then releases what is left back to AVAILABLE, without consuming an attempt, so
 // that another replica takes it over at once. It then stops the actors, deletes the replica's
-// heartbeat row and, if the runtime opened the pool, closes it. Calls after the first return the first call's result.
+// heartbeat row, waits for the OnSave callbacks in flight until ctx ends and, if the runtime
+// opened the pool, closes it. Calls after the first return the first call's result.
 func (r *Runtime) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() { r.stopErr = r.stop(ctx) })
 	return r.stopErr
@@ -201,21 +204,14 @@ func (r *Runtime) Stop(ctx context.Context) error {
 func (r *Runtime) stop(ctx context.Context) error {
 	r.stopped.Store(true)
 	var errs []error
-	res, err := r.system.Root.RequestFuture(r.dispatcher, actors.StopClaiming{}, 10*time.Second).Result()
-	if err != nil {
-		errs = append(errs, fmt.Errorf("stopping the dispatcher: %w", err))
-	} else {
-		select {
-		case <-res.(<-chan struct{}):
-		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			n, err := r.store.Release(rctx, r.cfg.ReplicaID)
-			cancel()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("releasing running computations: %w", err))
-			}
-			r.logger.Info("released running computations to other replicas", "count", n)
+	if !r.drain(ctx) {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := r.store.Release(rctx, r.cfg.ReplicaID)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("releasing running computations: %w", err))
 		}
+		r.logger.Info("released running computations to other replicas", "count", n)
 	}
 	r.cancelBase()
 	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.delivery, r.listener} {
@@ -228,11 +224,16 @@ func (r *Runtime) stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	cancel()
-	if !waitGroup(&r.running, stopGrace) {
+	gctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+	if !waitGroup(gctx, &r.running) {
 		r.logger.Warn("some computations ignore their context and have not returned; their results will be dropped",
 			"waited", stopGrace)
 	}
-	r.saves.Wait()
+	cancel()
+	if !waitGroup(ctx, &r.saves) {
+		r.logger.Warn("some OnSave callbacks have not returned; they go on until their own timeout",
+			"timeout", onSaveTimeout)
+	}
 	r.system.Shutdown()
 	r.closePool()
 	r.logger.Info("journey runtime stopped")
@@ -261,8 +262,23 @@ func randomSuffix() string {
 	return hex.EncodeToString(b)
 }
 
-// waitGroup waits for wg until timeout, and reports whether it finished.
-func waitGroup(wg *sync.WaitGroup, timeout time.Duration) bool {
+// drain stops claiming and waits until no computation runs on this replica, or ctx ends. It
+// reports whether none runs. Either way, once it returns the dispatcher claims nothing more, even
+// if it was too busy to read the request.
+func (r *Runtime) drain(ctx context.Context) bool {
+	defer r.claims.Close()
+	drained := make(chan struct{})
+	r.system.Root.Send(r.dispatcher, actors.StopClaiming{Drained: drained})
+	select {
+	case <-drained:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitGroup waits for wg until ctx ends, and reports whether it finished.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) bool {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
@@ -271,7 +287,7 @@ func waitGroup(wg *sync.WaitGroup, timeout time.Duration) bool {
 	select {
 	case <-done:
 		return true
-	case <-time.After(timeout):
+	case <-ctx.Done():
 		return false
 	}
 }

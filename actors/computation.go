@@ -32,6 +32,9 @@ type Hooks struct {
 	// ComputationFinished is called when a computation's function has returned and its outcome
 	// was recorded, or dropped ("claim lost: result dropped").
 	ComputationFinished func(c *persistence.Computation, outcome string)
+	// Claiming is called by the dispatcher before each claim, with the claim's context. A test
+	// blocks in it to make the dispatcher busy, as in a slow claim.
+	Claiming func(ctx context.Context)
 }
 
 // computationEnv is what every computation actor of a replica shares.
