@@ -90,10 +90,10 @@ type Config struct {
 	// MaxDeliveryAttempts: a notification that failed this many times is marked DEAD, visibly in
 	// Notifications. Default 10.
 	MaxDeliveryAttempts int
-	// MaxValueBytes caps the size of a value's JSON encoding. Set, SetMany and Start refuse a
-	// larger value, or metadata, with ErrInvalidValue; a computation whose result is larger
-	// fails at once, with no retry. The values the runtime builds itself, such as a historian's,
-	// are not capped. Default 1 MiB (DefaultMaxValueBytes).
+	// MaxValueBytes caps the size of a value's JSON encoding. Set and SetMany refuse a larger
+	// value, or metadata, with ErrInvalidValue; a computation whose result is larger fails at
+	// once, with no retry. The values the runtime builds itself, such as a historian's, are not
+	// capped. Default 1 MiB (DefaultMaxValueBytes).
 	MaxValueBytes int
 	// SkipMigrations skips the schema migrations at New, for deployments that run
 	// `journey migrate` themselves. Default false.
