@@ -54,7 +54,7 @@ type StopClaiming struct{ Drained chan<- struct{} }
 type ClaimGate struct {
 	mu     sync.Mutex
 	closed bool
-	ctx    context.Context // the parent of every claim's context
+	ctx    context.Context // the parent of the context of every claim and promotion
 	cancel context.CancelFunc
 }
 
@@ -139,8 +139,9 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.runOnce(ctx)
 	case pollTick:
 		if !d.draining {
-			pctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-			if _, err := d.cfg.Store.PromoteDue(pctx); err != nil {
+			// Under the gate's context too, so that closing the gate ends a slow promotion.
+			pctx, cancel := context.WithTimeout(d.cfg.Gate.ctx, claimTimeout)
+			if _, err := d.cfg.Store.PromoteDue(pctx); err != nil && d.cfg.Gate.ctx.Err() == nil {
 				d.logger.Warn("promoting due computations failed", "error", err)
 			}
 			cancel()
