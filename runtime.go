@@ -56,7 +56,8 @@ type Runtime struct {
 	cancelBase context.CancelFunc
 	claims     *actors.ClaimGate
 	running    sync.WaitGroup // computation goroutines
-	saves      sync.WaitGroup // OnSave callbacks
+	saves      atomic.Int64   // OnSave callbacks running
+	saved      chan struct{}  // a signal when one of them returns
 
 	stopped  atomic.Bool
 	stopOnce sync.Once
@@ -75,6 +76,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		logger:  cfg.Logger.With("replica_id", cfg.ReplicaID),
 		waiters: newWaiters(),
 		pool:    cfg.Pool,
+		saved:   make(chan struct{}, 1),
 	}
 	if r.pool == nil {
 		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
@@ -172,7 +174,13 @@ func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 	fns := []func(context.Context, graph.SaveEvent){n.Settings().OnSave, g.OnSave()}
 	r.saves.Add(1)
 	go func() {
-		defer r.saves.Done()
+		defer func() {
+			r.saves.Add(-1)
+			select {
+			case r.saved <- struct{}{}:
+			default:
+			}
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), onSaveTimeout)
 		defer cancel()
 		for _, fn := range fns {
@@ -224,13 +232,11 @@ func (r *Runtime) stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	cancel()
-	gctx, cancel := context.WithTimeout(context.Background(), stopGrace)
-	if !waitGroup(gctx, &r.running) {
+	if !waitGroup(&r.running, stopGrace) {
 		r.logger.Warn("some computations ignore their context and have not returned; their results will be dropped",
 			"waited", stopGrace)
 	}
-	cancel()
-	if !waitGroup(ctx, &r.saves) {
+	if !r.waitSaves(ctx) {
 		r.logger.Warn("some OnSave callbacks have not returned; they go on until their own timeout",
 			"timeout", onSaveTimeout)
 	}
@@ -277,8 +283,20 @@ func (r *Runtime) drain(ctx context.Context) bool {
 	}
 }
 
-// waitGroup waits for wg until ctx ends, and reports whether it finished.
-func waitGroup(ctx context.Context, wg *sync.WaitGroup) bool {
+// waitSaves waits until no OnSave callback runs, or ctx ends, and reports whether none runs.
+func (r *Runtime) waitSaves(ctx context.Context) bool {
+	for r.saves.Load() > 0 {
+		select {
+		case <-r.saved:
+		case <-ctx.Done():
+			return r.saves.Load() == 0
+		}
+	}
+	return true
+}
+
+// waitGroup waits for wg until timeout, and reports whether it finished.
+func waitGroup(wg *sync.WaitGroup, timeout time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
@@ -287,7 +305,7 @@ func waitGroup(ctx context.Context, wg *sync.WaitGroup) bool {
 	select {
 	case <-done:
 		return true
-	case <-ctx.Done():
+	case <-time.After(timeout):
 		return false
 	}
 }
