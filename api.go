@@ -148,21 +148,34 @@ func (r *Runtime) SetMany(ctx context.Context, id string, values map[string]any,
 	}
 	set := make(map[string]json.RawMessage, len(values))
 	for node, v := range values {
-		raw, err := json.Marshal(v)
+		raw, err := r.encode(fmt.Sprintf("node %q", node), v)
 		if err != nil {
-			return 0, fmt.Errorf("%w: node %q: %v", ErrInvalidValue, node, err)
+			return 0, err
 		}
 		set[node] = raw
 	}
 	var meta json.RawMessage
 	if o.metadata != nil {
-		raw, err := json.Marshal(o.metadata)
+		raw, err := r.encode("metadata", o.metadata)
 		if err != nil {
-			return 0, fmt.Errorf("%w: metadata: %v", ErrInvalidValue, err)
+			return 0, err
 		}
 		meta = raw
 	}
 	return r.store.SetValues(ctx, id, set, meta, nil)
+}
+
+// encode encodes a value or metadata given by the user, and checks that it can be stored. what
+// names it in the error, which wraps ErrInvalidValue.
+func (r *Runtime) encode(what string, v any) (json.RawMessage, error) {
+	raw, err := json.Marshal(v)
+	if err == nil {
+		err = persistence.CheckValue(raw, r.cfg.MaxValueBytes)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidValue, what, err)
+	}
+	return raw, nil
 }
 
 // Unset clears input nodes, and by invalidation every value that depends on them.

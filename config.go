@@ -14,6 +14,7 @@ import (
 	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/migrations"
 	"github.com/journey-go/journey/persistence"
 	"github.com/journey-go/journey/sweeper"
 )
@@ -32,6 +33,8 @@ const (
 	DefaultNotificationTimeout = 10 * time.Second
 	// DefaultNotificationRetryHorizon is how long a notification's delivery is retried.
 	DefaultNotificationRetryHorizon = 72 * time.Hour
+	// DefaultMaxValueBytes caps the JSON encoding of a value: 1 MiB.
+	DefaultMaxValueBytes = actors.DefaultMaxValueBytes
 	// DefaultMaxConns is the pool size when the runtime opens the pool itself and the URL does
 	// not set pool_max_conns.
 	DefaultMaxConns = 20
@@ -54,7 +57,8 @@ type Config struct {
 	// Pool is a ready pgx pool to use instead of DatabaseURL. The runtime does not close it. Its
 	// connections should use pgx.QueryExecModeSimpleProtocol, as the runtime's own pool does.
 	Pool *pgxpool.Pool
-	// Schema holds journey's tables. Default "journey". It is created if missing.
+	// Schema holds journey's tables: at most 63 bytes, without ? or NUL. Default "journey". It is
+	// created if missing.
 	Schema string
 	// Graphs are the graphs this replica serves: it runs their computations, and Start accepts
 	// only these. At least one is required.
@@ -117,6 +121,11 @@ type Config struct {
 	// sweeper, in batches. Values, historians and notification claims are kept. Default 7 days;
 	// negative keeps everything forever.
 	Retention time.Duration
+	// MaxValueBytes caps the size of a value's JSON encoding. Set and SetMany refuse a larger
+	// value, or metadata, with ErrInvalidValue; a computation whose result is larger fails at
+	// once, with no retry. The values the runtime builds itself, such as a historian's, are not
+	// capped. Default 1 MiB (DefaultMaxValueBytes).
+	MaxValueBytes int
 	// SkipMigrations skips the schema migrations at New, for deployments that run
 	// `journey migrate` themselves. Default false.
 	SkipMigrations bool
@@ -153,6 +162,7 @@ func (c Config) withDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	c.NotificationTimeout = cmp.Or(c.NotificationTimeout, DefaultNotificationTimeout)
 	c.NotificationRetryHorizon = cmp.Or(c.NotificationRetryHorizon, DefaultNotificationRetryHorizon)
+	c.MaxValueBytes = cmp.Or(c.MaxValueBytes, DefaultMaxValueBytes)
 	if c.Test.NotificationBackoff == nil {
 		c.Test.NotificationBackoff = deliveryBackoff
 	}
@@ -204,8 +214,11 @@ func (c Config) validate() error {
 	if c.MaxWorkers < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxWorkers is negative (%d): leave it zero for the default", c.MaxWorkers))
 	}
-	if len(c.Schema) > 63 {
-		errs = append(errs, fmt.Errorf("config: Schema %q is too long: PostgreSQL names have at most 63 bytes", c.Schema))
+	if c.MaxValueBytes < 0 {
+		errs = append(errs, fmt.Errorf("config: MaxValueBytes is negative (%d): leave it zero for the default", c.MaxValueBytes))
+	}
+	if err := migrations.ValidSchema(c.Schema); err != nil {
+		errs = append(errs, fmt.Errorf("config: Schema: %w", err))
 	}
 	return errors.Join(errs...)
 }

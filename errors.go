@@ -22,8 +22,10 @@ var (
 	ErrNotInput = persistence.ErrNotInput
 	// ErrUnknownGraph means the graph is not registered on this replica (Config.Graphs).
 	ErrUnknownGraph = persistence.ErrUnknownGraph
-	// ErrInvalidValue means a value or metadata could not be encoded as JSON.
-	ErrInvalidValue = errors.New("journey: value is not JSON-encodable")
+	// ErrInvalidValue means a value or metadata cannot be stored: it is not JSON-encodable, it
+	// holds a NUL character (which PostgreSQL's jsonb rejects), or it is larger than
+	// Config.MaxValueBytes.
+	ErrInvalidValue = errors.New("journey: invalid value")
 	// ErrStopped means the runtime was stopped.
 	ErrStopped = errors.New("journey: runtime stopped")
 )

@@ -16,6 +16,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
@@ -57,8 +58,10 @@ type Runtime struct {
 	delivery   *actor.PID
 	http       *http.Client
 	cancelBase context.CancelFunc
+	claims     *actors.ClaimGate
 	running    sync.WaitGroup // computation goroutines
-	saves      sync.WaitGroup // OnSave callbacks
+	saves      atomic.Int64   // OnSave callbacks running
+	saved      chan struct{}  // a signal when one of them returns
 
 	stopped  atomic.Bool
 	stopOnce sync.Once
@@ -77,6 +80,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		logger:  cfg.Logger.With("replica_id", cfg.ReplicaID),
 		waiters: newWaiters(),
 		pool:    cfg.Pool,
+		saved:   make(chan struct{}, 1),
 	}
 	if r.pool == nil {
 		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
@@ -84,7 +88,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("journey: parsing Config.DatabaseURL: %w", err)
 		}
 		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-		if _, set := pcfg.ConnConfig.RuntimeParams["pool_max_conns"]; !set && pcfg.MaxConns < DefaultMaxConns {
+		if !setsPoolMaxConns(cfg.DatabaseURL) && pcfg.MaxConns < DefaultMaxConns {
 			pcfg.MaxConns = DefaultMaxConns
 		}
 		if cfg.IdleInTransactionTimeout > 0 {
@@ -140,11 +144,13 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 func (r *Runtime) start() {
 	base, cancel := context.WithCancel(context.Background())
 	r.cancelBase = cancel
+	r.claims = actors.NewClaimGate()
 	r.system = actors.NewSystem(r.logger)
 	root := r.system.Root
 	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, MaxWorkers: r.cfg.MaxWorkers,
-		PollInterval: r.cfg.PollInterval, Logger: r.logger, Base: base, Running: &r.running, Hooks: r.cfg.Test.Hooks,
+		PollInterval: r.cfg.PollInterval, MaxValueBytes: r.cfg.MaxValueBytes, Logger: r.logger, Base: base,
+		Running: &r.running, Gate: r.claims, Hooks: r.cfg.Test.Hooks,
 	}))
 	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
@@ -189,7 +195,13 @@ func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 	fns := []func(context.Context, graph.SaveEvent){n.Settings().OnSave, g.OnSave()}
 	r.saves.Add(1)
 	go func() {
-		defer r.saves.Done()
+		defer func() {
+			r.saves.Add(-1)
+			select {
+			case r.saved <- struct{}{}:
+			default:
+			}
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), onSaveTimeout)
 		defer cancel()
 		for _, fn := range fns {
@@ -211,7 +223,8 @@ func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 // Stop stops the replica gracefully. It stops claiming, lets the running computations finish
 // until ctx ends, then releases what is left back to AVAILABLE, without consuming an attempt, so
 // that another replica takes it over at once. It then stops the actors, deletes the replica's
-// heartbeat row and, if the runtime opened the pool, closes it. Calls after the first return the first call's result.
+// heartbeat row, waits for the OnSave callbacks in flight until ctx ends and, if the runtime
+// opened the pool, closes it. Calls after the first return the first call's result.
 func (r *Runtime) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() { r.stopErr = r.stop(ctx) })
 	return r.stopErr
@@ -220,21 +233,14 @@ func (r *Runtime) Stop(ctx context.Context) error {
 func (r *Runtime) stop(ctx context.Context) error {
 	r.stopped.Store(true)
 	var errs []error
-	res, err := r.system.Root.RequestFuture(r.dispatcher, actors.StopClaiming{}, 10*time.Second).Result()
-	if err != nil {
-		errs = append(errs, fmt.Errorf("stopping the dispatcher: %w", err))
-	} else {
-		select {
-		case <-res.(<-chan struct{}):
-		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			n, err := r.store.Release(rctx, r.cfg.ReplicaID)
-			cancel()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("releasing running computations: %w", err))
-			}
-			r.logger.Info("released running computations to other replicas", "count", n)
+	if !r.drain(ctx) {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := r.store.Release(rctx, r.cfg.ReplicaID)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("releasing running computations: %w", err))
 		}
+		r.logger.Info("released running computations to other replicas", "count", n)
 	}
 	r.cancelBase()
 	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.delivery, r.listener} {
@@ -254,11 +260,21 @@ func (r *Runtime) stop(ctx context.Context) error {
 		r.logger.Warn("some computations ignore their context and have not returned; their results will be dropped",
 			"waited", stopGrace)
 	}
-	r.saves.Wait()
+	if !r.waitSaves(ctx) {
+		r.logger.Warn("some OnSave callbacks have not returned; they go on until their own timeout",
+			"timeout", onSaveTimeout)
+	}
 	r.system.Shutdown()
 	r.closePool()
 	r.logger.Info("journey runtime stopped")
 	return errors.Join(errs...)
+}
+
+// setsPoolMaxConns reports whether connString sets pool_max_conns. pgxpool.ParseConfig reads it
+// and removes it from the parameters, so it is looked for in pgconn's parse, which keeps it.
+func setsPoolMaxConns(connString string) bool {
+	c, err := pgconn.ParseConfig(connString)
+	return err == nil && c.RuntimeParams["pool_max_conns"] != ""
 }
 
 func (r *Runtime) closePool() {
@@ -279,6 +295,33 @@ func randomSuffix() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// drain stops claiming and waits until no computation runs on this replica, or ctx ends. It
+// reports whether none runs. Either way, once it returns the dispatcher claims nothing more, even
+// if it was too busy to read the request.
+func (r *Runtime) drain(ctx context.Context) bool {
+	defer r.claims.Close()
+	drained := make(chan struct{})
+	r.system.Root.Send(r.dispatcher, actors.StopClaiming{Drained: drained})
+	select {
+	case <-drained:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitSaves waits until no OnSave callback runs, or ctx ends, and reports whether none runs.
+func (r *Runtime) waitSaves(ctx context.Context) bool {
+	for r.saves.Load() > 0 {
+		select {
+		case <-r.saved:
+		case <-ctx.Done():
+			return r.saves.Load() == 0
+		}
+	}
+	return true
 }
 
 // waitGroup waits for wg until timeout, and reports whether it finished.

@@ -32,6 +32,9 @@ type Hooks struct {
 	// ComputationFinished is called when a computation's function has returned and its outcome
 	// was recorded, or dropped ("claim lost: result dropped").
 	ComputationFinished func(c *persistence.Computation, outcome string)
+	// Claiming is called by the dispatcher before each claim, with the claim's context. A test
+	// blocks in it to make the dispatcher busy, as in a slow claim.
+	Claiming func(ctx context.Context)
 }
 
 // computationEnv is what every computation actor of a replica shares.
@@ -43,6 +46,8 @@ type computationEnv struct {
 	running    *sync.WaitGroup // the goroutines of the running functions
 	heartbeats *actor.PID      // the heartbeat batcher
 	hooks      Hooks
+	// maxValueBytes caps the JSON encoding of a result.
+	maxValueBytes int
 }
 
 // claimLost tells a computation that its claim is gone or can no longer be kept.
@@ -146,6 +151,9 @@ func (a *computation) run(ctx context.Context) string {
 	raw, err := json.Marshal(result)
 	if err != nil {
 		return a.record(ctx, graph.Permanent(fmt.Errorf("the result of %q is not JSON-encodable: %w", a.c.Node, err)), nil, nil)
+	}
+	if err := persistence.CheckValue(raw, a.env.maxValueBytes); err != nil {
+		return a.record(ctx, graph.Permanent(fmt.Errorf("the result of %q cannot be stored: %w", a.c.Node, err)), nil, nil)
 	}
 	return a.record(ctx, nil, raw, used)
 }

@@ -16,7 +16,9 @@ import (
 const (
 	DefaultMaxWorkers   = 100
 	DefaultPollInterval = time.Second
-	claimTimeout        = 10 * time.Second
+	// DefaultMaxValueBytes caps the JSON encoding of a function's result: 1 MiB.
+	DefaultMaxValueBytes = 1 << 20
+	claimTimeout         = 10 * time.Second
 )
 
 // DispatcherConfig configures the dispatcher of one replica.
@@ -27,20 +29,57 @@ type DispatcherConfig struct {
 	MaxWorkers int
 	// PollInterval is the fallback poll for missed notifications. Default 1s.
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// MaxValueBytes caps the JSON encoding of a function's result: a larger one fails the
+	// attempt for good. Default 1 MiB.
+	MaxValueBytes int
+	Logger        *slog.Logger
 	// Base is the parent context of every computation's function.
 	Base context.Context
 	// Running, if set, counts the computation goroutines, so that a stop can wait for them.
 	Running *sync.WaitGroup
-	Hooks   Hooks
+	// Gate, if set, lets the caller end the claims even while the dispatcher is busy.
+	Gate  *ClaimGate
+	Hooks Hooks
 }
 
 // Wake asks the dispatcher to claim now: new work may be available.
 type Wake struct{}
 
-// StopClaiming makes the dispatcher stop claiming. It responds with a channel that is closed once
-// no computation runs on this replica.
-type StopClaiming struct{}
+// StopClaiming makes the dispatcher stop claiming. It closes Drained once no computation runs on
+// this replica.
+type StopClaiming struct{ Drained chan<- struct{} }
+
+// ClaimGate ends a dispatcher's claims from outside it: a busy dispatcher reads a StopClaiming
+// late, and might claim meanwhile. Once Close returns, no claim is in flight and none starts.
+type ClaimGate struct {
+	mu     sync.Mutex
+	closed bool
+	ctx    context.Context // the parent of the context of every claim and promotion
+	cancel context.CancelFunc
+}
+
+// NewClaimGate returns an open gate.
+func NewClaimGate() *ClaimGate {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &ClaimGate{ctx: ctx, cancel: cancel}
+}
+
+// Close cancels the claim in flight, if any, waits for it to end, and lets no other start.
+func (g *ClaimGate) Close() {
+	g.cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+}
+
+// claim runs fn, with a context that Close cancels, unless the gate is closed.
+func (g *ClaimGate) claim(fn func(ctx context.Context)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		fn(g.ctx)
+	}
+}
 
 // ClaimResult is what one claim round did, for tests and logs.
 type ClaimResult struct {
@@ -63,8 +102,8 @@ type dispatcher struct {
 	cancelPoll  scheduler.CancelFunc
 	claimQueued bool
 	draining    bool
-	paused      bool // the replica heartbeat is failing
-	drained     chan struct{}
+	paused      bool            // the replica heartbeat is failing
+	drained     chan<- struct{} // closed, then nil, once draining and nothing runs
 }
 
 // NewDispatcher returns the props of a dispatcher actor.
@@ -75,6 +114,9 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
+	if cfg.MaxValueBytes <= 0 {
+		cfg.MaxValueBytes = DefaultMaxValueBytes
+	}
 	if cfg.Base == nil {
 		cfg.Base = context.Background()
 	}
@@ -82,10 +124,13 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	if cfg.Running == nil {
 		cfg.Running = new(sync.WaitGroup)
 	}
+	if cfg.Gate == nil {
+		cfg.Gate = NewClaimGate()
+	}
 	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
-		running: cfg.Running, hooks: cfg.Hooks}
+		running: cfg.Running, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &dispatcher{cfg: cfg, env: env, logger: logger, drained: make(chan struct{}), running: map[string]bool{}}
+		return &dispatcher{cfg: cfg, env: env, logger: logger, running: map[string]bool{}}
 	}, actor.WithSupervisor(stopStrategy))
 }
 
@@ -104,8 +149,9 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.runOnce(ctx)
 	case pollTick:
 		if !d.draining {
-			pctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-			if _, err := d.cfg.Store.PromoteDue(pctx); err != nil {
+			// Under the gate's context too, so that closing the gate ends a slow promotion.
+			pctx, cancel := context.WithTimeout(d.cfg.Gate.ctx, claimTimeout)
+			if _, err := d.cfg.Store.PromoteDue(pctx); err != nil && d.cfg.Gate.ctx.Err() == nil {
 				d.logger.Warn("promoting due computations failed", "error", err)
 			}
 			cancel()
@@ -123,9 +169,8 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.paused = false
 		d.queueClaim(ctx)
 	case StopClaiming:
-		d.draining = true
+		d.draining, d.drained = true, msg.Drained
 		d.checkDrained(ctx)
-		ctx.Respond((<-chan struct{})(d.drained))
 	case *actor.Stopping:
 		d.cancelPoll()
 	}
@@ -140,36 +185,42 @@ func (d *dispatcher) queueClaim(ctx actor.Context) {
 }
 
 func (d *dispatcher) checkDrained(ctx actor.Context) {
-	if d.draining && len(d.running) == 0 {
-		select {
-		case <-d.drained:
-		default:
-			close(d.drained)
-		}
+	if d.draining && len(d.running) == 0 && d.drained != nil {
+		close(d.drained)
+		d.drained = nil
 	}
 }
 
-// runOnce claims as many computations as there are free workers and spawns an actor for each.
+// runOnce claims as many computations as there are free workers and spawns an actor for each,
+// through the gate, so that what it claims is spawned before the gate closes.
 func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 	running := len(d.running)
 	free := d.cfg.MaxWorkers - running
 	if d.draining || d.paused || free <= 0 {
 		return ClaimResult{Running: running}
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-	defer cancel()
-	claimed, err := d.cfg.Store.Claim(cctx, d.cfg.ReplicaID, free)
-	if err != nil {
-		d.logger.Warn("claiming failed", "error", err)
-		return ClaimResult{Running: running}
-	}
-	for _, c := range claimed {
-		g, n, ok := d.cfg.Store.GraphOf(c)
-		if !ok { // cannot happen: claims are filtered by the served graphs
-			d.logger.Error("claimed a computation of an unknown graph", "graph", c.GraphKey, "node", c.Node)
-			continue
+	var claimed []*persistence.Computation
+	d.cfg.Gate.claim(func(gctx context.Context) {
+		cctx, cancel := context.WithTimeout(gctx, claimTimeout)
+		defer cancel()
+		if h := d.cfg.Hooks.Claiming; h != nil {
+			h(cctx)
 		}
-		d.running[ctx.Spawn(computationProps(d.env, c, g, n)).Id] = true
-	}
+		var err error
+		if claimed, err = d.cfg.Store.Claim(cctx, d.cfg.ReplicaID, free); err != nil {
+			if gctx.Err() == nil { // not a stop
+				d.logger.Warn("claiming failed", "error", err)
+			}
+			return
+		}
+		for _, c := range claimed {
+			g, n, ok := d.cfg.Store.GraphOf(c)
+			if !ok { // cannot happen: claims are filtered by the served graphs
+				d.logger.Error("claimed a computation of an unknown graph", "graph", c.GraphKey, "node", c.Node)
+				continue
+			}
+			d.running[ctx.Spawn(computationProps(d.env, c, g, n)).Id] = true
+		}
+	})
 	return ClaimResult{Claimed: len(claimed), Running: running + len(claimed)}
 }

@@ -100,8 +100,8 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("service", "migrate", "schema", schema)
-	if err := validSchema(schema); err != nil {
-		return nil, err
+	if err := ValidSchema(schema); err != nil {
+		return nil, fmt.Errorf("migrating: %w", err)
 	}
 	if db.DB.Stats().MaxOpenConnections == 1 {
 		return nil, errors.New("migrating: the database allows one open connection, and migrating needs two " +
@@ -229,16 +229,16 @@ func discard(conn *sql.Conn) {
 	_ = conn.Close()
 }
 
-// validSchema reports whether schema can be a PostgreSQL schema name for us.
-func validSchema(schema string) error {
+// ValidSchema reports why schema cannot be the name of journey's schema, if it cannot.
+func ValidSchema(schema string) error {
 	switch {
 	case schema == "":
-		return errors.New("migrating: the schema name is empty")
+		return errors.New("the schema name is empty")
 	case len(schema) > 63:
-		return fmt.Errorf("migrating: schema name %q is longer than PostgreSQL's 63 bytes", schema)
+		return fmt.Errorf("schema name %q is longer than PostgreSQL's 63 bytes: choose a shorter one", schema)
 	case strings.ContainsAny(schema, "?\x00"):
 		// bun reads ? in table names as placeholders.
-		return fmt.Errorf("migrating: schema name %q contains ? or NUL", schema)
+		return fmt.Errorf("schema name %q contains ? or NUL: choose a name without them", schema)
 	}
 	return nil
 }

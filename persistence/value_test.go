@@ -1,0 +1,53 @@
+package persistence
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/internal/pgtest"
+)
+
+// TestCheckValueAgreesWithJSONB checks that CheckValue rejects exactly the JSON texts that
+// PostgreSQL's jsonb rejects for a NUL.
+func TestCheckValueAgreesWithJSONB(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	for _, tc := range []struct {
+		raw string
+		nul bool
+	}{
+		{`"plain"`, false},
+		{`"\u0000"`, true},
+		{`"a\u0000b"`, true},
+		{`{"k\u0000": 1}`, true},
+		{`["x", "\"\u0000"]`, true},
+		{`"\\u0000"`, false},      // a backslash, then u0000
+		{`"\\\u0000"`, true},      // a backslash, then a NUL
+		{`"\\\\u0000"`, false},    // two backslashes, then u0000
+		{`"\u00000"`, true},       // a NUL, then 0
+		{`"\u0001\u0020"`, false}, // other control characters are stored
+		{`"\\"`, false},
+		{`"u0000"`, false},
+	} {
+		_, err := db.ExecContext(t.Context(), "SELECT $1::jsonb", tc.raw)
+		require.Equal(t, !tc.nul, err == nil, "%s: PostgreSQL: %v", tc.raw, err)
+		err = CheckValue(json.RawMessage(tc.raw), 0)
+		if tc.nul {
+			require.ErrorContains(t, err, "NUL", tc.raw)
+		} else {
+			require.NoError(t, err, tc.raw)
+		}
+	}
+}
+
+func TestCheckValueLimitsTheSize(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, CheckValue(json.RawMessage(`"12345678"`), 10), "at the limit")
+	err := CheckValue(json.RawMessage(`"123456789"`), 10)
+	require.ErrorContains(t, err, "11 bytes")
+	require.ErrorContains(t, err, "limit of 10 bytes")
+	require.ErrorContains(t, err, "Config.MaxValueBytes")
+	require.NoError(t, CheckValue(json.RawMessage(`"123456789"`), 0), "no limit")
+}

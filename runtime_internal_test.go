@@ -1,0 +1,45 @@
+package journey
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+)
+
+func TestPoolSizeFromTheURL(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("pool", "v1", []graph.Node{graph.Input("x")})
+	for _, tc := range []struct {
+		maxConns string // pool_max_conns in the URL
+		want     int32
+	}{
+		{"3", 3},
+		{"", DefaultMaxConns},
+	} {
+		u, err := url.Parse(pgtest.URL(t))
+		require.NoError(t, err)
+		if tc.maxConns != "" {
+			q := u.Query()
+			q.Set("pool_max_conns", tc.maxConns)
+			u.RawQuery = q.Encode()
+		}
+		rt, err := New(context.Background(), Config{
+			DatabaseURL: u.String(), Schema: pgtest.Schema(t), Graphs: []*graph.Graph{g},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		require.NoError(t, err)
+		got := rt.pool.Config().MaxConns
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		require.NoError(t, rt.Stop(ctx))
+		cancel()
+		require.Equal(t, tc.want, got, "pool_max_conns=%q", tc.maxConns)
+	}
+}
