@@ -102,6 +102,8 @@ func TestTickOnce(t *testing.T) {
 	g := graph.MustNew("tick_once", "v1", []graph.Node{
 		graph.Input("go"),
 		graph.TickOnce("timer", graph.Needs("go"), func(ctx context.Context, in graph.Values) (time.Time, error) {
+			// About wall-clock time: the tick comes due on the real clock, which the database's
+			// now() and the downstream function read too. Only the order of the times is checked.
 			at := time.Now().Add(300 * time.Millisecond)
 			due.Store(at.UnixMilli())
 			return at, nil
