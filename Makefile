@@ -1,7 +1,8 @@
 # The checks of journey-go. .ci/run runs the same targets.
 #
-#   make test     vet, then every test against one throwaway PostgreSQL
-#                 (or the database at TEST_DATABASE_URL, if set)
+#   make test     vet, then every test against one throwaway PostgreSQL (or the database at
+#                 TEST_DATABASE_URL, if set): first every package but the process tests, in
+#                 parallel (make test-packages), then the process tests alone (make test-process)
 #   make lint     gofmt, go vet and golangci-lint
 #   make bench    the benchmarks
 #   make chaos    the process tests (SIGKILL, SIGSTOP, restarts) five times over, with their figures
@@ -12,11 +13,24 @@ GO ?= go
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test lint bench chaos example
+.PHONY: test test-packages test-process lint bench chaos example
+
+# PROCESS_TESTS start replicas as processes of their own (SIGKILL, SIGSTOP, restarts). They run
+# after the other packages, not beside them, so that their processes get the machine's cores:
+# under -race on two cores, every package's tests at once put the load average at 9-17.
+PROCESS_TESTS = ./internal/chaos
 
 test:
 	$(GO) vet ./...
-	$(WITH_DB) $(GO) test -race -count=1 -timeout 15m ./...
+	$(WITH_DB) $(MAKE) --no-print-directory test-packages test-process
+
+# The two halves of make test, each against TEST_DATABASE_URL (or a throwaway cluster per package).
+test-packages:
+	packages="$$($(GO) list ./...)" && process="$$($(GO) list $(PROCESS_TESTS))" && \
+		$(GO) test -race -count=1 -timeout 15m $$(echo "$$packages" | grep -vxF "$$process")
+
+test-process:
+	$(GO) test -race -count=1 -p 1 -timeout 15m $(PROCESS_TESTS)
 
 lint:
 	@unformatted="$$(gofmt -l .)"; \
@@ -34,7 +48,7 @@ bench:
 	$(WITH_DB) $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
 chaos:
-	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m ./internal/chaos
+	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m $(PROCESS_TESTS)
 
 example:
 	$(GO) run ./examples/onboarding

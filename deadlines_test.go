@@ -2,6 +2,7 @@ package journey_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,33 +55,44 @@ func (o *outcomes) wait(t *testing.T, attempt int) string {
 func TestHeartbeatKeepsLongWorkAlive(t *testing.T) {
 	t.Parallel()
 	const timeout = 200 * time.Millisecond
+	fn := newBlocking()
 	g := graph.MustNew("long", "v1", []graph.Node{
 		graph.Input("go"),
-		graph.Compute("slow", graph.Needs("go"), func(ctx context.Context, in graph.Values) (any, error) {
-			// This test is about wall-clock time: the work outlives its heartbeat timeout 5×.
-			select {
-			case <-time.After(5 * timeout):
-				return "done", nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}, graph.Heartbeat(timeout/4, timeout), graph.AbandonAfter(30*time.Second)),
+		graph.Compute("slow", graph.Needs("go"), fn.fn, graph.Heartbeat(timeout/4, timeout), graph.AbandonAfter(30*time.Second)),
 	})
-	rt := newRuntime(t, testConfig(t, g))
+	// Whole milliseconds, so that the times read back from the database compare equal.
+	stub := clock.NewStub(time.Now().Truncate(time.Millisecond))
+	cfg := testConfig(t, g)
+	cfg.Test.Clock = stub
+	rt := newRuntime(t, cfg)
 	ctx := testCtx(t)
 	ex, err := rt.Start(ctx, g)
 	require.NoError(t, err)
 	_, err = rt.Set(ctx, ex.ID, "go", true)
 	require.NoError(t, err)
+	require.Equal(t, 1, fn.waitStarted(t))
 
+	// The work outlives its heartbeat timeout 5×. Each step moves the clock by half the timeout and
+	// waits for a heartbeat written at the new time: without it, the second step would put the
+	// attempt past its heartbeat deadline, and the sweeper would abandon it.
+	for step := 1; step <= 10; step++ {
+		now := stub.Advance(timeout / 2)
+		waitFor(t, fmt.Sprintf("a heartbeat at step %d", step), func() bool {
+			got := attempts(t, rt, ex.ID, "slow")
+			require.Len(t, got, 1, "step %d: the attempt was not abandoned", step)
+			require.Equal(t, journey.StateRunning, got[0].State, "step %d", step)
+			return got[0].LastHeartbeatAt != nil && !got[0].LastHeartbeatAt.Before(now)
+		})
+	}
+	close(fn.release)
 	v, err := rt.Get(ctx, ex.ID, "slow", journey.WaitAny())
 	require.NoError(t, err)
-	require.Equal(t, "done", v.String())
+	require.Equal(t, "late", v.String())
 	got := attempts(t, rt, ex.ID, "slow")
 	require.Len(t, got, 1, "finished with one attempt")
 	require.Equal(t, journey.StateSuccess, got[0].State)
-	require.NotNil(t, got[0].LastHeartbeatAt)
-	require.Greater(t, got[0].LastHeartbeatAt.Sub(*got[0].ClaimedAt), 2*timeout, "the heartbeat advanced")
+	require.Equal(t, int64(1), fn.calls.Load())
+	require.GreaterOrEqual(t, got[0].LastHeartbeatAt.Sub(*got[0].ClaimedAt), 5*timeout, "the heartbeat advanced")
 }
 
 // blocking is a compute function that hangs, ignoring its context, until released: a function
@@ -175,7 +187,9 @@ func TestHeartbeatDeadlineCatchesAFrozenWorker(t *testing.T) {
 			graph.MaxAttempts(2), graph.Backoff(fastBackoff)),
 	})
 	done := newOutcomes()
+	stub := clock.NewStub(time.Now())
 	cfg := testConfig(t, g)
+	cfg.Test.Clock = stub
 	cfg.Test.Hooks = actors.Hooks{
 		// The first attempt's watchdog writes nothing, as if its process had frozen.
 		SuppressHeartbeat:   func(c *persistence.Computation) bool { return c.Attempt == 1 },
@@ -189,6 +203,9 @@ func TestHeartbeatDeadlineCatchesAFrozenWorker(t *testing.T) {
 	require.NoError(t, err)
 
 	require.Equal(t, 1, fn.waitStarted(t))
+	// Past the heartbeat timeout, far from AbandonAfter. The clock stays there, so the second
+	// attempt, which heartbeats, is never past its deadlines, however slowly it runs.
+	stub.Advance(time.Second)
 	v, err := rt.Get(ctx, ex.ID, "work", journey.WaitAny())
 	require.NoError(t, err)
 	require.Equal(t, "fresh", v.String(), "the second attempt's value")

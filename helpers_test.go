@@ -53,9 +53,10 @@ func newRuntime(t testing.TB, cfg journey.Config) *journey.Runtime {
 	return rt
 }
 
-// testCtx is a context that ends with the test, or after a generous timeout.
+// testCtx is a context that ends with the test, or after a timeout generous enough for a whole
+// test on a busy two-core machine under -race.
 func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -3,6 +3,7 @@ package journey_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
 )
 
 func TestUselessMachine(t *testing.T) {
@@ -100,6 +102,8 @@ func TestTickOnce(t *testing.T) {
 	g := graph.MustNew("tick_once", "v1", []graph.Node{
 		graph.Input("go"),
 		graph.TickOnce("timer", graph.Needs("go"), func(ctx context.Context, in graph.Values) (time.Time, error) {
+			// About wall-clock time: the tick comes due on the real clock, which the database's
+			// now() and the downstream function read too. Only the order of the times is checked.
 			at := time.Now().Add(300 * time.Millisecond)
 			due.Store(at.UnixMilli())
 			return at, nil
@@ -135,51 +139,81 @@ func TestTickOnce(t *testing.T) {
 
 func TestTickRecurringCountsPausesAndResumes(t *testing.T) {
 	t.Parallel()
+	// Time is the stub's: a period passes when the test moves the clock. A period is short next to
+	// the default deadlines, so moving the clock abandons nothing that is running.
+	const period = time.Second
+	stub := clock.NewStub(time.Now())
 	g := graph.MustNew("tick_recurring", "v1", []graph.Node{
 		graph.Input("run"),
 		graph.TickRecurring("clock", graph.Needs("run"), func(ctx context.Context, in graph.Values) (time.Time, error) {
 			if !in.Bool("run") {
 				return time.Time{}, nil // pause
 			}
-			return time.Now().Add(100 * time.Millisecond), nil
+			return stub.Now().Add(period), nil
 		}),
 		graph.Compute("count", graph.Needs("clock"), func(ctx context.Context, in graph.Values) (any, error) {
 			return in.Int("count") + 1, nil // its own previous value is among the inputs
 		}),
 	})
-	rt := newRuntime(t, testConfig(t, g))
+	cfg := testConfig(t, g)
+	cfg.Test.Clock = stub
+	rt := newRuntime(t, cfg)
 	ctx := testCtx(t)
-	ex, err := rt.Start(ctx, g)
-	require.NoError(t, err)
-	_, err = rt.Set(ctx, ex.ID, "run", true)
-	require.NoError(t, err)
-	var last graph.Value
-	for want := int64(1); want <= 3; want++ {
-		last, err = rt.Get(ctx, ex.ID, "count", journey.WaitNewerThan(last.Revision))
+	// witness ticks beside ex and is never paused: when its counter moves, the sweeper has seen
+	// the clock's new time, and would have fired ex's tick too, had it been due.
+	var ex, witness string
+	for _, id := range []*string{&ex, &witness} {
+		e, err := rt.Start(ctx, g)
 		require.NoError(t, err)
-		require.Equal(t, want, last.Int(), "the counter advances once per period")
+		*id = e.ID
+		_, err = rt.Set(ctx, e.ID, "run", true)
+		require.NoError(t, err)
+	}
+	count := func(id string) graph.Value {
+		v, err := rt.Get(ctx, id, "count")
+		if errors.Is(err, journey.ErrNotSet) {
+			return graph.Value{}
+		}
+		require.NoError(t, err)
+		return v
+	}
+	// nextPeriod lets the executions settle, so that each tick has chosen its next due time, then
+	// moves the clock by one period and waits for the counter of id to move.
+	nextPeriod := func(id string) graph.Value {
+		t.Helper()
+		waitIdle(t, rt, ex)
+		waitIdle(t, rt, witness)
+		before := count(id)
+		now := stub.Advance(period)
+		wait, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		v, err := rt.Get(wait, id, "count", journey.WaitNewerThan(before.Revision))
+		require.NoError(t, err, "the counter of %s, at %d, did not move once the clock reached %v", id, before.Int(), now)
+		return v
 	}
 
-	_, err = rt.Set(ctx, ex.ID, "run", false)
+	for want := int64(1); want <= 3; want++ {
+		require.Equal(t, want, nextPeriod(ex).Int(), "the counter advances once per period")
+	}
+
+	_, err := rt.Set(ctx, ex, "run", false)
 	require.NoError(t, err)
 	waitFor(t, "the tick to pause", func() bool {
-		v, err := rt.Get(ctx, ex.ID, "clock")
+		v, err := rt.Get(ctx, ex, "clock")
 		return err == nil && v.Int() == 0
 	})
-	paused, err := rt.Get(ctx, ex.ID, "count")
-	require.NoError(t, err, "a paused tick does not clear downstream values")
-	// This part is about wall-clock time: several periods pass without the counter moving.
-	time.Sleep(400 * time.Millisecond)
-	still, err := rt.Get(ctx, ex.ID, "count")
-	require.NoError(t, err)
-	require.Equal(t, paused.Int(), still.Int())
+	paused := count(ex)
+	require.Equal(t, int64(3), paused.Int(), "a paused tick does not clear downstream values")
+	for range 3 {
+		nextPeriod(witness)
+	}
+	still := count(ex)
+	require.Equal(t, paused.Int(), still.Int(), "no count while paused")
 	require.Equal(t, paused.Revision, still.Revision)
 
-	_, err = rt.Set(ctx, ex.ID, "run", true)
+	_, err = rt.Set(ctx, ex, "run", true)
 	require.NoError(t, err)
-	resumed, err := rt.Get(ctx, ex.ID, "count", journey.WaitNewerThan(still.Revision))
-	require.NoError(t, err)
-	require.Equal(t, still.Int()+1, resumed.Int(), "the count resumes where it paused")
+	require.Equal(t, still.Int()+1, nextPeriod(ex).Int(), "the count resumes where it paused")
 }
 
 func TestTickRunsOncePerUpstreamChange(t *testing.T) {

@@ -97,7 +97,7 @@ func setup(t *testing.T) *linked {
 func (l *linked) waitTerminated(t *testing.T) {
 	t.Helper()
 	seen := map[string]bool{}
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(20 * time.Second)
 	for len(seen) < 2 {
 		select {
 		case pid := <-l.terminated:
@@ -113,7 +113,7 @@ func (l *linked) requireCanceled(t *testing.T) {
 	t.Helper()
 	select {
 	case <-l.fnCtx.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("the function's context was not canceled")
 	}
 }

@@ -219,12 +219,15 @@ func TestMonitoringViews(t *testing.T) {
 	require.Zero(t, count("stale_replicas"))
 	require.Zero(t, count("reclaim_history"))
 
-	// r1 falls silent: an hour-old heartbeat is stale by its own one-minute limit.
-	b.clock.Set(time.Now().Add(-time.Hour))
+	// r1 falls silent: an hour-old heartbeat is stale by its own one-minute limit. The sweep runs
+	// at the time of the claims, however long they took, so that only the replica is stale, not
+	// the claims' deadlines.
+	claimedAt := b.clock.Now()
+	b.clock.Set(claimedAt.Add(-time.Hour))
 	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute, false))
 	require.Equal(t, 1, count("stale_replicas"))
 
-	b.clock.Set(time.Now())
+	b.clock.Set(claimedAt)
 	res, err := b.store.Sweep(ctx, SweepOptions{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, res.Abandoned, 2)
