@@ -39,6 +39,8 @@ type cluster struct {
 	cfg   workerConfig
 	g     *graph.Graph
 	store *persistence.Store
+	// quiet keeps the workers' stderr out of the test log (it stays in worker.logs).
+	quiet bool
 }
 
 func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
@@ -48,8 +50,11 @@ func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	_, err := migrations.Migrate(context.Background(), db, cfg.Schema, logger)
 	require.NoError(t, err)
-	c := &cluster{cfg: cfg, g: chaosGraph(cfg)}
-	c.store, err = persistence.New(persistence.Config{DB: db, Schema: cfg.Schema, Graphs: []*graph.Graph{c.g}, Logger: logger})
+	graphs := served(cfg)
+	c := &cluster{cfg: cfg, g: graphs[0]}
+	c.store, err = persistence.New(persistence.Config{
+		DB: db, Schema: cfg.Schema, Graphs: graphs, Targets: cfg.targets(), Logger: logger,
+	})
 	require.NoError(t, err)
 	return c
 }
@@ -59,7 +64,9 @@ type worker struct {
 	id     string
 	cmd    *exec.Cmd
 	mu     sync.Mutex
-	lines  []string
+	lines  []string      // stdout
+	at     []time.Time   // when each line of stdout was read
+	logs   []string      // stderr: the runtime's warnings
 	more   chan struct{} // signalled at each new line
 	exited chan struct{}
 }
@@ -74,7 +81,7 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 	w := &worker{id: id, more: make(chan struct{}, 1), exited: make(chan struct{})}
 	w.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	w.cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
-	w.cmd.Stderr = &prefixWriter{t: t, prefix: id}
+	w.cmd.Stderr = &stderrWriter{t: t, w: w, quiet: c.quiet}
 	// The worker dies with the test, whatever happens to the test.
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := w.cmd.StdoutPipe()
@@ -85,6 +92,7 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 		for sc.Scan() {
 			w.mu.Lock()
 			w.lines = append(w.lines, sc.Text())
+			w.at = append(w.at, time.Now())
 			w.mu.Unlock()
 			select {
 			case w.more <- struct{}{}:
@@ -185,16 +193,17 @@ func (c *cluster) submit(t *testing.T, n int) []string {
 	return ids
 }
 
-// retry retries fn through the broken connections that a PostgreSQL restart leaves in the pool.
+// retry retries fn for up to 30s: through a PostgreSQL restart, and the broken connections it
+// leaves in the pool.
 func retry(fn func() error) error {
-	var err error
-	for range 20 {
-		if err = fn(); err == nil {
-			return nil
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := fn()
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return err
 }
 
 // waitDone polls the database until n computations succeeded and none is active. The database,
@@ -250,15 +259,22 @@ func (c *cluster) valueOf(t *testing.T, id string) result {
 	return r
 }
 
-// prefixWriter copies a worker's stderr (its warnings) into the test log.
-type prefixWriter struct {
-	t      *testing.T
-	prefix string
+// stderrWriter keeps a worker's stderr (its warnings) and, unless quiet, copies it into the
+// test log.
+type stderrWriter struct {
+	t     *testing.T
+	w     *worker
+	quiet bool
 }
 
-func (p *prefixWriter) Write(b []byte) (int, error) {
+func (p *stderrWriter) Write(b []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		p.t.Logf("[%s] %s", p.prefix, line)
+		p.w.mu.Lock()
+		p.w.logs = append(p.w.logs, line)
+		p.w.mu.Unlock()
+		if !p.quiet {
+			p.t.Logf("[%s] %s", p.w.id, line)
+		}
 	}
 	return len(b), nil
 }
