@@ -5,6 +5,9 @@
 #   make lint     gofmt, go vet and golangci-lint
 #   make bench    the benchmarks
 #   make chaos    the process tests (SIGKILL, SIGSTOP, restarts) five times over, with their figures
+#   make soak     3 replica processes under load for 10 minutes, with kills, a freeze and a
+#                 PostgreSQL restart, then an audit of the database (`make test` runs 60 seconds
+#                 of it); JOURNEY_SOAK_DURATION and JOURNEY_SOAK_RATE (executions/s) change it
 #   make example  the onboarding example
 
 GO ?= go
@@ -12,7 +15,11 @@ GO ?= go
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test lint bench chaos example
+# The soak starts its own PostgreSQL, which it restarts.
+JOURNEY_SOAK_DURATION ?= 10m
+JOURNEY_SOAK_RATE ?= 20
+
+.PHONY: test lint bench chaos soak example
 
 test:
 	$(GO) vet ./...
@@ -35,6 +42,10 @@ bench:
 
 chaos:
 	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m ./internal/chaos
+
+soak:
+	JOURNEY_SOAK_DURATION=$(JOURNEY_SOAK_DURATION) JOURNEY_SOAK_RATE=$(JOURNEY_SOAK_RATE) \
+		$(GO) test -race -count=1 -v -run '^TestSoak$$' -timeout 2h ./internal/chaos
 
 example:
 	$(GO) run ./examples/onboarding

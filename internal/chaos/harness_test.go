@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -76,6 +77,8 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 	t.Helper()
 	cfg := c.cfg
 	cfg.ReplicaID = id
+	// The replica's sessions carry its id, for the tests' snapshots of pg_stat_activity.
+	cfg.URL = withApplicationName(t, cfg.URL, id)
 	raw, err := json.Marshal(cfg)
 	require.NoError(t, err)
 	w := &worker{id: id, more: make(chan struct{}, 1), exited: make(chan struct{})}
@@ -109,6 +112,17 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 	})
 	w.waitFor(t, "ready", func(w *worker) bool { return w.count("ready") > 0 })
 	return w
+}
+
+// withApplicationName returns the database URL with its sessions named name in pg_stat_activity.
+func withApplicationName(t *testing.T, dbURL, name string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // count counts the output lines that start with prefix.
@@ -193,13 +207,18 @@ func (c *cluster) submit(t *testing.T, n int) []string {
 	return ids
 }
 
-// retry retries fn for up to 30s: through a PostgreSQL restart, and the broken connections it
-// leaves in the pool.
+// retry retries fn for up to 30s after its first failure: through a PostgreSQL restart, and the
+// broken connections it leaves in the pool.
 func retry(fn func() error) error {
-	deadline := time.Now().Add(30 * time.Second)
+	var deadline time.Time
 	for {
 		err := fn()
-		if err == nil || time.Now().After(deadline) {
+		if err == nil {
+			return nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(30 * time.Second)
+		} else if time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)

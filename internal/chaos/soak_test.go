@@ -12,6 +12,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 
 	"github.com/journey-go/journey/internal/devpg"
 	"github.com/journey-go/journey/internal/pgtest"
@@ -34,7 +36,8 @@ const (
 	// envSoakDuration is how long the soak produces executions and disrupts the replicas, as a
 	// Go duration. Default 60s; `make soak` sets 10m.
 	envSoakDuration = "JOURNEY_SOAK_DURATION"
-	// envSoakRate is how many executions the soak starts per second. Default 20.
+	// envSoakRate is how many executions the soak starts per second. Default 10; `make soak`
+	// sets 20.
 	envSoakRate = "JOURNEY_SOAK_RATE"
 	// envSoakSeed seeds the choice of the replicas to kill and to freeze. Default: the clock.
 	envSoakSeed = "JOURNEY_SOAK_SEED"
@@ -50,7 +53,7 @@ const (
 )
 
 // TestSoak runs three replica processes for JOURNEY_SOAK_DURATION (default 60s) under a steady
-// stream of executions (JOURNEY_SOAK_RATE a second, default 20) of the soak graphs: a chain, a
+// stream of executions (JOURNEY_SOAK_RATE a second, default 10) of the soak graphs: a chain, a
 // fan-out and join, a gated node and a recurring tick (see soakKinds). One execution in ten of
 // the first three graphs fails for good, by design. Meanwhile it SIGKILLs a random replica every
 // 20s and starts a new one in its place, freezes one replica (SIGSTOP, then SIGCONT) for longer
@@ -80,10 +83,14 @@ func TestSoak(t *testing.T) {
 	cfg.Soak = true
 	cfg.WorkMin, cfg.WorkMax = 100, 400
 	cfg.HBInterval, cfg.HBTimeout = 500, 2000
-	c := newCluster(t, pg.URL(), cfg)
+	c := newCluster(t, withApplicationName(t, pg.URL(), "producer"), cfg)
 	c.quiet = true
 	c.store.DB().SetMaxOpenConns(16)
-	s := &soak{c: c, plan: plan, kinds: soakKinds(cfg), rng: rand.New(rand.NewPCG(plan.seed, 0))}
+	s := &soak{
+		c: c, plan: plan, kinds: soakKinds(cfg), rng: rand.New(rand.NewPCG(plan.seed, 0)), drained: make(chan struct{}),
+		// The audit's own connections: the producer's may all be waiting for a lock.
+		db: pgtest.BunDB(t, withApplicationName(t, pg.URL(), "audit")),
+	}
 	for range soakReplicas {
 		s.workers = append(s.workers, s.newWorker(t))
 	}
@@ -96,14 +103,17 @@ func TestSoak(t *testing.T) {
 	stop()
 	t.Logf("produced %d executions in %v", len(s.produced), time.Since(s.start).Round(time.Millisecond))
 	if !s.drain(t) {
-		s.logDatabaseState(t) // before the kills below end the sessions
+		s.logDatabaseState(t, "after the drain") // before the kills below end the sessions
 	}
+	close(s.drained)
+	s.watchers.Wait()
 	// Nothing may change under the audit: the database and the workers' output are final.
 	for _, w := range s.workers {
 		w.signal(t, syscall.SIGKILL)
 		<-w.exited
 	}
 	r := s.audit(t)
+	s.saveOutputs(t)
 
 	fmt.Printf("soak: executions=%d kills=%d max_detect_s=%.1f lost=%d doubled=%d stuck=%d\n",
 		len(s.produced), len(s.kills), r.maxDetect.Seconds(), r.lost, r.doubled, r.stuck)
@@ -126,7 +136,7 @@ type soakPlan struct {
 
 func soakPlanFromEnv(t *testing.T) soakPlan {
 	t.Helper()
-	p := soakPlan{duration: time.Minute, rate: 20, seed: uint64(time.Now().UnixNano())}
+	p := soakPlan{duration: time.Minute, rate: 10, seed: uint64(time.Now().UnixNano())}
 	var err error
 	if v := os.Getenv(envSoakDuration); v != "" {
 		p.duration, err = time.ParseDuration(v)
@@ -150,6 +160,7 @@ func soakPlanFromEnv(t *testing.T) soakPlan {
 // soak is the state of a soak run.
 type soak struct {
 	c     *cluster
+	db    *bun.DB // for query
 	plan  soakPlan
 	kinds []soakKind
 	rng   *rand.Rand
@@ -160,6 +171,9 @@ type soak struct {
 	kills   []kill
 	freeze  outage // the SIGSTOP
 	restart outage // PostgreSQL's restart
+
+	watchers sync.WaitGroup // see watch
+	drained  chan struct{}  // closed after the drain
 
 	mu       sync.Mutex // guards produced and prodErrs, written by the producer
 	produced []produced
@@ -306,6 +320,7 @@ func (s *soak) kill(t *testing.T) {
 	v := s.workers[i]
 	v.signal(t, syscall.SIGKILL)
 	s.kills = append(s.kills, kill{replica: v.id, at: time.Now()})
+	s.watch(t, fmt.Sprintf("kill %d", len(s.kills)), v.id, s.kills[len(s.kills)-1].at)
 	<-v.exited
 	s.workers[i] = s.newWorker(t)
 }
@@ -317,6 +332,7 @@ func (s *soak) freezeOne(t *testing.T) {
 	v := s.workers[s.rng.IntN(len(s.workers))]
 	v.signal(t, syscall.SIGSTOP)
 	from := time.Now()
+	s.watch(t, "freeze", v.id, from)
 	time.Sleep(s.plan.freezeFor)
 	v.signal(t, syscall.SIGCONT)
 	s.freeze = outage{replica: v.id, from: from, to: time.Now(), happened: true}
@@ -336,7 +352,7 @@ func (s *soak) restartPostgres(t *testing.T, pg *devpg.Cluster) {
 // no error.
 func (s *soak) query(dst any, query string, args ...any) error {
 	query = strings.ReplaceAll(query, "{s}", pgx.Identifier{s.c.cfg.Schema}.Sanitize())
-	err := s.c.store.DB().NewRaw(query, args...).Scan(context.Background(), dst)
+	err := s.db.NewRaw(query, args...).Scan(context.Background(), dst)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}
@@ -463,35 +479,103 @@ func (s *soak) auditStuck(t *testing.T) int {
 	return len(comps) + len(ticks) + len(deliveries)
 }
 
-// logDatabaseState logs the replicas' heartbeats, and the sessions that hold advisory locks or
-// have had a transaction open for more than a second: a replica that holds up the others shows
-// up there.
-func (s *soak) logDatabaseState(t *testing.T) {
-	t.Helper()
-	replicas, err := s.c.store.Replicas(context.Background())
-	require.NoError(t, err)
+// logDatabaseState logs the replicas' heartbeats, and the sessions that wait for a lock, hold
+// an advisory lock or have had a transaction open for more than a second: a replica that holds
+// up the others shows up there, named by its application_name. It may run in any goroutine.
+func (s *soak) logDatabaseState(t *testing.T, why string) {
+	var replicas []persistence.Replica
+	err := s.query(&replicas, `SELECT *, last_heartbeat < now() - stale_after_ms * interval '1 millisecond' AS stale
+		FROM {s}.replica_heartbeats ORDER BY replica_id`)
 	for _, r := range replicas {
-		t.Logf("replica %s: last heartbeat %s (stale: %t), started %s", r.ID, s.rel(&r.LastHeartbeat), r.Stale, s.rel(&r.StartedAt))
+		t.Logf("%s: replica %s: last heartbeat %s (stale: %t), started %s", why, r.ID, s.rel(&r.LastHeartbeat), r.Stale, s.rel(&r.StartedAt))
 	}
 	var sessions []struct {
 		PID       int        `bun:"pid"`
+		App       string     `bun:"application_name"`
 		State     *string    `bun:"state"`
+		Wait      *string    `bun:"wait"`
+		Blocks    int        `bun:"blocks"`
+		Blockers  string     `bun:"blockers"`
 		XactStart *time.Time `bun:"xact_start"`
 		Locks     *string    `bun:"locks"`
 		Query     *string    `bun:"query"`
 	}
-	s.mustQuery(t, &sessions, `SELECT a.pid, a.state, a.xact_start, left(a.query, 120) AS query,
-			(SELECT string_agg(l.mode || CASE WHEN l.granted THEN ' held ' ELSE ' awaited ' END || l.classid || ':' || l.objid, ', ')
+	err = errors.Join(err, s.query(&sessions, `SELECT a.pid, a.application_name, a.state,
+			a.wait_event_type || ':' || a.wait_event AS wait, pg_blocking_pids(a.pid)::text AS blockers,
+			(SELECT count(*) FROM pg_stat_activity b WHERE a.pid = ANY(pg_blocking_pids(b.pid))) AS blocks,
+			a.xact_start, left(a.query, 150) AS query,
+			(SELECT count(*) || ' held' || coalesce(', awaits ' || string_agg(l.classid || ':' || l.objid, ', ') FILTER (WHERE NOT l.granted), '')
 			 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory') AS locks
 		FROM pg_stat_activity a
 		WHERE a.pid <> pg_backend_pid() AND a.datname = current_database()
-		  AND (a.xact_start < now() - interval '1 second'
+		  AND (a.xact_start < now() - interval '1 second' OR a.wait_event_type = 'Lock'
 		       OR EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory'))
-		ORDER BY a.xact_start`)
-	for _, a := range sessions {
-		t.Logf("session %d: %s, transaction since %s, advisory locks [%s], query %q",
-			a.PID, deref(a.State), s.rel(a.XactStart), deref(a.Locks), deref(a.Query))
+		ORDER BY blocks DESC, a.xact_start`))
+	for i, a := range sessions {
+		if i == soakShown {
+			t.Logf("%s: ... and %d more sessions", why, len(sessions)-i)
+			break
+		}
+		t.Logf("%s: session %d of %s: %s, blocks %d sessions, waits on %s for %s, transaction since %s, advisory locks: %s, query %q",
+			why, a.PID, a.App, deref(a.State), a.Blocks, deref(a.Wait), a.Blockers, s.rel(a.XactStart), deref(a.Locks), deref(a.Query))
 	}
+	if err != nil {
+		t.Logf("%s: reading the database's state: %v", why, err)
+	}
+}
+
+// soakStall is how long the work of a killed or frozen replica may stay RUNNING before the soak
+// logs the database's state: twice the workers' ReplicaStaleAfter and heartbeat timeout.
+const soakStall = 4 * time.Second
+
+// watch follows, in the background until none is left or the drain ends, the attempts that a
+// killed or frozen replica held RUNNING at the time of the fault, and logs how they ended and
+// when. If they outlast soakStall, it logs the database's state, the evidence of what holds
+// the sweeper up.
+func (s *soak) watch(t *testing.T, what, replica string, at time.Time) {
+	s.watchers.Add(1)
+	go func() {
+		defer s.watchers.Done()
+		logged := false
+		for {
+			var n int
+			err := s.query(&n, `SELECT count(*) FROM {s}.computations WHERE state = 'RUNNING' AND replica_id = ? AND claimed_at <= ?`,
+				replica, at)
+			if err != nil {
+				n = -1 // unknown: PostgreSQL may be restarting
+			}
+			if n == 0 {
+				var ended []struct {
+					State string `bun:"state"`
+					N     int    `bun:"n"`
+				}
+				err := s.query(&ended, `SELECT state, count(*) AS n FROM {s}.computations
+					WHERE replica_id = ? AND claimed_at <= ? AND finished_at >= ? GROUP BY state ORDER BY state`, replica, at, at)
+				switch {
+				case err != nil:
+					t.Logf("%s: reading how the attempts of %s ended: %v", what, replica, err)
+				case len(ended) == 0:
+					t.Logf("%s: %s was running no attempt", what, replica)
+				default:
+					t.Logf("%s: the attempts %s was running had all ended %.1fs after: %+v",
+						what, replica, time.Since(at).Seconds(), ended)
+				}
+				return
+			}
+			if n > 0 && !logged && time.Since(at) > soakStall {
+				logged = true
+				t.Logf("%s: %d attempts of %s still RUNNING %.1fs after; the database's state follows",
+					what, n, replica, time.Since(at).Seconds())
+				s.logDatabaseState(t, what)
+			}
+			select {
+			case <-s.drained:
+				t.Logf("%s: %d attempts of %s still RUNNING at the end of the drain (-1: unknown, error %v)", what, n, replica, err)
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
 }
 
 // auditDoubles counts the double writes: two successes of a node at the same upstream
@@ -817,4 +901,24 @@ func (s *soak) logReplicaLogs(t *testing.T) {
 		}
 		t.Logf("replicas logged %d × %q (%s); first: %s", m.total, k, strings.Join(by, ", "), m.first)
 	}
+}
+
+// saveOutputs writes each replica's stdout (its computations and handler calls, one per line)
+// and stderr (its logs) to the test's artifact directory, which `go test -artifacts -outputdir
+// DIR` keeps.
+func (s *soak) saveOutputs(t *testing.T) {
+	t.Helper()
+	dir := t.ArtifactDir()
+	for _, w := range s.all {
+		w.mu.Lock()
+		var out strings.Builder
+		for i, l := range w.lines {
+			fmt.Fprintf(&out, "%s %s\n", s.rel(&w.at[i]), l)
+		}
+		stdout, stderr := out.String(), strings.Join(w.logs, "\n")+"\n"
+		w.mu.Unlock()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, w.id+".out"), []byte(stdout), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, w.id+".log"), []byte(stderr), 0o644))
+	}
+	t.Logf("the replicas' output is in %s (kept with go test -artifacts -outputdir DIR)", dir)
 }

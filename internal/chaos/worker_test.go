@@ -276,10 +276,10 @@ func runWorker(raw string) int {
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Test: journey.TestConfig{Hooks: actors.Hooks{
 			ComputationStarted: func(c *persistence.Computation, _, _ *actor.PID) {
-				say("started %s %d", c.ExecutionID, c.Attempt)
+				say("started %s %d %s", c.ExecutionID, c.Attempt, c.Node)
 			},
 			ComputationFinished: func(c *persistence.Computation, outcome string) {
-				say("finished %s %d %s", c.ExecutionID, c.Attempt, outcome)
+				say("finished %s %d %s %s", c.ExecutionID, c.Attempt, c.Node, outcome)
 			},
 		}},
 	})
