@@ -6,6 +6,9 @@
 #   make lint     gofmt, go vet and golangci-lint
 #   make bench    the benchmarks
 #   make chaos    the process tests (SIGKILL, SIGSTOP, restarts) five times over, with their figures
+#   make soak     3 replica processes under load for 10 minutes, with kills, a freeze and a
+#                 PostgreSQL restart, then an audit of the database (`make test` runs 60 seconds
+#                 of it); JOURNEY_SOAK_DURATION and JOURNEY_SOAK_RATE (executions/s) change it
 #   make example  the onboarding example
 
 GO ?= go
@@ -13,12 +16,16 @@ GO ?= go
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test test-packages test-process lint bench chaos example
+.PHONY: test test-packages test-process lint bench chaos soak example
 
 # PROCESS_TESTS start replicas as processes of their own (SIGKILL, SIGSTOP, restarts). They run
 # after the other packages, not beside them, so that their processes get the machine's cores:
 # under -race on two cores, every package's tests at once put the load average at 9-17.
 PROCESS_TESTS = ./internal/chaos
+
+# The soak starts its own PostgreSQL, which it restarts. make test runs a 60-second version.
+JOURNEY_SOAK_DURATION ?= 10m
+JOURNEY_SOAK_RATE ?= 20
 
 test:
 	$(GO) vet ./...
@@ -48,7 +55,11 @@ bench:
 	$(WITH_DB) $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
 chaos:
-	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m $(PROCESS_TESTS)
+	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m -skip '^TestSoak$$' $(PROCESS_TESTS)
+
+soak:
+	JOURNEY_SOAK_DURATION=$(JOURNEY_SOAK_DURATION) JOURNEY_SOAK_RATE=$(JOURNEY_SOAK_RATE) \
+		$(GO) test -race -count=1 -v -run '^TestSoak$$' -timeout 2h ./internal/chaos
 
 example:
 	$(GO) run ./examples/onboarding

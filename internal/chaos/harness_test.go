@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -40,6 +41,8 @@ type cluster struct {
 	cfg   workerConfig
 	g     *graph.Graph
 	store *persistence.Store
+	// quiet keeps the workers' stderr out of the test log (it stays in worker.logs).
+	quiet bool
 }
 
 func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
@@ -49,8 +52,11 @@ func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	_, err := migrations.Migrate(context.Background(), db, cfg.Schema, logger)
 	require.NoError(t, err)
-	c := &cluster{cfg: cfg, g: chaosGraph(cfg)}
-	c.store, err = persistence.New(persistence.Config{DB: db, Schema: cfg.Schema, Graphs: []*graph.Graph{c.g}, Logger: logger})
+	graphs := served(cfg)
+	c := &cluster{cfg: cfg, g: graphs[0]}
+	c.store, err = persistence.New(persistence.Config{
+		DB: db, Schema: cfg.Schema, Graphs: graphs, Logger: logger,
+	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -94,7 +100,9 @@ type worker struct {
 	id     string
 	cmd    *exec.Cmd
 	mu     sync.Mutex
-	lines  []string
+	lines  []string      // stdout
+	at     []time.Time   // when each line of stdout was read
+	logs   []string      // stderr: the runtime's warnings
 	more   chan struct{} // signalled at each new line
 	exited chan struct{}
 }
@@ -104,12 +112,14 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 	t.Helper()
 	cfg := c.cfg
 	cfg.ReplicaID = id
+	// The replica's sessions carry its id, for the tests' snapshots of pg_stat_activity.
+	cfg.URL = withApplicationName(t, cfg.URL, id)
 	raw, err := json.Marshal(cfg)
 	require.NoError(t, err)
 	w := &worker{id: id, more: make(chan struct{}, 1), exited: make(chan struct{})}
 	w.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	w.cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
-	w.cmd.Stderr = &prefixWriter{t: t, prefix: id}
+	w.cmd.Stderr = &stderrWriter{t: t, w: w, quiet: c.quiet}
 	// The worker dies with the test, whatever happens to the test.
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := w.cmd.StdoutPipe()
@@ -120,6 +130,7 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 		for sc.Scan() {
 			w.mu.Lock()
 			w.lines = append(w.lines, sc.Text())
+			w.at = append(w.at, time.Now())
 			w.mu.Unlock()
 			select {
 			case w.more <- struct{}{}:
@@ -136,6 +147,17 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 	})
 	w.waitFor(t, "ready", func(w *worker) bool { return w.count("ready") > 0 })
 	return w
+}
+
+// withApplicationName returns the database URL with its sessions named name in pg_stat_activity.
+func withApplicationName(t *testing.T, dbURL, name string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // count counts the output lines that start with prefix.
@@ -220,16 +242,22 @@ func (c *cluster) submit(t *testing.T, n int) []string {
 	return ids
 }
 
-// retry retries fn through the broken connections that a PostgreSQL restart leaves in the pool.
+// retry retries fn for up to 30s after its first failure: through a PostgreSQL restart, and the
+// broken connections it leaves in the pool.
 func retry(fn func() error) error {
-	var err error
-	for range 20 {
-		if err = fn(); err == nil {
+	var deadline time.Time
+	for {
+		err := fn()
+		if err == nil {
 			return nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(30 * time.Second)
+		} else if time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return err
 }
 
 // waitDone polls the database until n computations succeeded and none is active. The database,
@@ -285,15 +313,22 @@ func (c *cluster) valueOf(t *testing.T, id string) result {
 	return r
 }
 
-// prefixWriter copies a worker's stderr (its warnings) into the test log.
-type prefixWriter struct {
-	t      *testing.T
-	prefix string
+// stderrWriter keeps a worker's stderr (its warnings) and, unless quiet, copies it into the
+// test log.
+type stderrWriter struct {
+	t     *testing.T
+	w     *worker
+	quiet bool
 }
 
-func (p *prefixWriter) Write(b []byte) (int, error) {
+func (p *stderrWriter) Write(b []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		p.t.Logf("[%s] %s", p.prefix, line)
+		p.w.mu.Lock()
+		p.w.logs = append(p.w.logs, line)
+		p.w.mu.Unlock()
+		if !p.quiet {
+			p.t.Logf("[%s] %s", p.w.id, line)
+		}
 	}
 	return len(b), nil
 }

@@ -52,6 +52,19 @@ type workerConfig struct {
 	// BlockingHandler gives the worker an OnExecutionFailed handler that says "handling <key>"
 	// and then blocks.
 	BlockingHandler bool
+	// Soak makes the worker serve the soak graphs as well (see soakKinds), with handlers for both
+	// lifecycle events that say "event <key>" and return. BlockingHandler, if set, replaces the
+	// failure handler.
+	Soak bool
+}
+
+// served is the graphs a worker serves: the chaos graph, and the soak graphs if cfg.Soak.
+func served(cfg workerConfig) []*graph.Graph {
+	gs := []*graph.Graph{chaosGraph(cfg)}
+	for _, k := range soakKinds(cfg) {
+		gs = append(gs, k.g)
+	}
+	return gs
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -71,25 +84,151 @@ func chaosGraph(cfg workerConfig) *graph.Graph {
 			if n < 0 {
 				return nil, graph.Permanent(errors.New("negative input"))
 			}
-			d := ms(cfg.WorkMin)
-			if span := cfg.WorkMax - cfg.WorkMin; span > 0 {
-				d += ms((n * 37) % span)
+			if err := work(ctx, cfg, n); err != nil {
+				return nil, err
 			}
-			select {
-			case <-time.After(d):
-				return result{N: n, Replica: cfg.ReplicaID}, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		},
-			graph.MaxAttempts(cfg.MaxAttempts), graph.AbandonAfter(ms(cfg.AbandonAfter)),
-			graph.Heartbeat(ms(cfg.HBInterval), ms(cfg.HBTimeout)),
-			graph.Backoff(func(int) time.Duration { return 0 })),
+			return result{N: n, Replica: cfg.ReplicaID}, nil
+		}, nodeOptions(cfg)...),
 	})
 }
 
+// nodeOptions are the options of every node the workers compute: the configured attempts,
+// deadline and heartbeat, and retries without backoff.
+func nodeOptions(cfg workerConfig) []graph.NodeOption {
+	return []graph.NodeOption{
+		graph.MaxAttempts(cfg.MaxAttempts), graph.AbandonAfter(ms(cfg.AbandonAfter)),
+		graph.Heartbeat(ms(cfg.HBInterval), ms(cfg.HBTimeout)),
+		graph.Backoff(func(int) time.Duration { return 0 }),
+	}
+}
+
+// work takes WorkMin to WorkMax, the span picked by n, or until ctx ends.
+func work(ctx context.Context, cfg workerConfig, n int64) error {
+	d := ms(cfg.WorkMin)
+	if span := cfg.WorkMax - cfg.WorkMin; span > 0 {
+		d += ms((max(n, -n) * 37) % span)
+	}
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// The recurring tick of the soak fires tickCycles times, tickPeriod apart, then pauses.
+const (
+	tickPeriod = 300 * time.Millisecond // a multiple of 10ms: see nextTick
+	tickCycles = 3                      // at most 9: see nextTick
+)
+
+// soakKind is a graph of the soak, with what the soak's audit expects of its executions.
+type soakKind struct {
+	g *graph.Graph
+	// final is the node that the graph's CompletesWhen waits for, and want its value for an
+	// input n >= 0.
+	final string
+	want  func(n int64) int64
+	// failsAt is the node that fails for good (graph.Permanent) when n < 0, by design; "" if
+	// the graph never fails.
+	failsAt string
+	// tick is the graph's recurring tick node, "" if none. It succeeds tickCycles+1 times: once
+	// per cycle, and once more to return the zero time that pauses it.
+	tick string
+}
+
+// soakKinds are the graphs of the soak, nil unless cfg.Soak: a chain, a fan-out and join, a
+// node gated by a concurrency key and a parallel limit, and a recurring tick. Every compute
+// node takes WorkMin to WorkMax, and computes a value the audit can check from the input n.
+func soakKinds(cfg workerConfig) []soakKind {
+	if !cfg.Soak {
+		return nil
+	}
+	compute := func(name string, gate graph.Gate, fn func(in graph.Values) (int64, error), opts ...graph.NodeOption) graph.Node {
+		return graph.Compute(name, gate, func(ctx context.Context, in graph.Values) (any, error) {
+			if err := work(ctx, cfg, in.Int("n")); err != nil {
+				return nil, err
+			}
+			return fn(in)
+		}, append(nodeOptions(cfg), opts...)...)
+	}
+	// failing fails for good when n < 0, and computes f(in) otherwise.
+	failing := func(node string, f func(in graph.Values) int64) func(in graph.Values) (int64, error) {
+		return func(in graph.Values) (int64, error) {
+			if in.Int("n") < 0 {
+				return 0, graph.Permanent(fmt.Errorf("%s: negative input, by design", node))
+			}
+			return f(in), nil
+		}
+	}
+	of := func(f func(in graph.Values) int64) func(in graph.Values) (int64, error) {
+		return func(in graph.Values) (int64, error) { return f(in), nil }
+	}
+	// lastOrPaused holds once the tick's last cycle is due, and stays true once it is paused
+	// (the zero time, 0), so that the pause does not clear the final node.
+	lastOrPaused := func(v graph.Value) bool {
+		return v.IsSet() && (v.Int() == 0 || v.Int()%10 == tickCycles)
+	}
+	return []soakKind{{
+		g: graph.MustNew("soak-chain", "v1", []graph.Node{
+			graph.Input("n"),
+			compute("a", graph.Needs("n"), of(func(in graph.Values) int64 { return in.Int("n") + 1 })),
+			compute("b", graph.Needs("a"), failing("b", func(in graph.Values) int64 { return 2 * in.Int("a") })),
+			compute("c", graph.Needs("b"), of(func(in graph.Values) int64 { return in.Int("b") + 3 })),
+		}, graph.CompletesWhen(graph.Needs("c"))),
+		final: "c", want: func(n int64) int64 { return 2*(n+1) + 3 }, failsAt: "b",
+	}, {
+		g: graph.MustNew("soak-fanout", "v1", []graph.Node{
+			graph.Input("n"),
+			compute("f1", graph.Needs("n"), of(func(in graph.Values) int64 { return in.Int("n") })),
+			compute("f2", graph.Needs("n"), failing("f2", func(in graph.Values) int64 { return 2 * in.Int("n") })),
+			compute("f3", graph.Needs("n"), of(func(in graph.Values) int64 { return 3 * in.Int("n") })),
+			compute("join", graph.Needs("f1", "f2", "f3"), of(func(in graph.Values) int64 {
+				return in.Int("f1") + in.Int("f2") + in.Int("f3")
+			})),
+		}, graph.CompletesWhen(graph.Needs("join"))),
+		final: "join", want: func(n int64) int64 { return 6 * n }, failsAt: "f2",
+	}, {
+		g: graph.MustNew("soak-gated", "v1", []graph.Node{
+			graph.Input("n"),
+			compute("gated", graph.Needs("n"), failing("gated", func(in graph.Values) int64 { return in.Int("n") * in.Int("n") }),
+				graph.ConcurrencyKey(func(in graph.Values) string {
+					n := in.Int("n")
+					return fmt.Sprintf("k%d", max(n, -n)%10)
+				}),
+				graph.MaxParallel(5)),
+		}, graph.CompletesWhen(graph.Needs("gated"))),
+		final: "gated", want: func(n int64) int64 { return n * n }, failsAt: "gated",
+	}, {
+		g: graph.MustNew("soak-tick", "v1", []graph.Node{
+			graph.Input("n"),
+			graph.TickRecurring("tick", graph.Needs("n"), nextTick, nodeOptions(cfg)...),
+			compute("final", graph.When("tick", lastOrPaused), of(func(graph.Values) int64 { return tickCycles })),
+		}, graph.CompletesWhen(graph.Needs("final"))),
+		final: "final", want: func(int64) int64 { return tickCycles }, tick: "tick",
+	}}
+}
+
+// nextTick fires tickCycles cycles, tickPeriod apart, then pauses. The cycle number rides in the
+// last decimal digit of the due time in milliseconds (cycle 1 ends in 1, and so on), so the
+// count follows from the tick's own previous value alone, whichever replica computes it and
+// however often an attempt is retried.
+func nextTick(_ context.Context, in graph.Values) (time.Time, error) {
+	prev := in.Int("tick")
+	switch {
+	case prev == 0: // the first call
+		due := time.Now().Add(tickPeriod).UnixMilli()
+		return time.UnixMilli(due - due%10 + 1), nil
+	case prev%10 < tickCycles:
+		return time.UnixMilli(prev + tickPeriod.Milliseconds() + 1), nil
+	default:
+		return time.Time{}, nil
+	}
+}
+
 // runWorker is the main of a replica process. It prints "ready" once it serves, a line per
-// computation started and finished, and "stopped" after a graceful stop on SIGTERM.
+// computation started and finished, a line per event its handlers receive, and "stopped" after
+// a graceful stop on SIGTERM.
 func runWorker(raw string) int {
 	var cfg workerConfig
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
@@ -104,7 +243,14 @@ func runWorker(raw string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	var onFailed func(context.Context, journey.ExecutionEvent) error
+	var onFailed, onCompleted func(context.Context, journey.ExecutionEvent) error
+	if cfg.Soak {
+		onFailed = func(_ context.Context, e journey.ExecutionEvent) error {
+			say("event %s", e.IdempotencyKey)
+			return nil
+		}
+		onCompleted = onFailed
+	}
 	if cfg.BlockingHandler {
 		onFailed = func(ctx context.Context, e journey.ExecutionEvent) error {
 			say("handling %s", e.IdempotencyKey)
@@ -123,19 +269,19 @@ func runWorker(raw string) int {
 		}
 	}
 	rt, err := journey.New(ctx, journey.Config{
-		OnExecutionFailed: onFailed, NotificationTimeout: time.Minute,
+		OnExecutionFailed: onFailed, OnExecutionCompleted: onCompleted, NotificationTimeout: time.Minute,
 		DatabaseURL: cfg.URL, Schema: cfg.Schema, ReplicaID: cfg.ReplicaID,
-		Graphs:     []*graph.Graph{chaosGraph(cfg)},
+		Graphs:     served(cfg),
 		MaxWorkers: cfg.MaxWorkers, PollInterval: ms(cfg.Poll), SweepInterval: ms(cfg.Sweep),
 		ReplicaHeartbeatInterval: ms(cfg.ReplicaHB), ReplicaStaleAfter: ms(cfg.StaleAfter),
 		IdleInTransactionTimeout: ms(cfg.IdleInTx),
 		Logger:                   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Test: journey.TestConfig{StoreHooks: storeHooks, Hooks: actors.Hooks{
 			ComputationStarted: func(c *persistence.Computation, _, _ *actor.PID) {
-				say("started %s %d", c.ExecutionID, c.Attempt)
+				say("started %s %d %s", c.ExecutionID, c.Attempt, c.Node)
 			},
 			ComputationFinished: func(c *persistence.Computation, outcome string) {
-				say("finished %s %d %s", c.ExecutionID, c.Attempt, outcome)
+				say("finished %s %d %s %s", c.ExecutionID, c.Attempt, c.Node, outcome)
 			},
 		}},
 	})
