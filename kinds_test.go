@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/persistence"
 )
 
 func TestUselessMachine(t *testing.T) {
@@ -214,6 +217,56 @@ func TestTickRecurringCountsPausesAndResumes(t *testing.T) {
 	_, err = rt.Set(ctx, ex, "run", true)
 	require.NoError(t, err)
 	require.Equal(t, still.Int()+1, nextPeriod(ex).Int(), "the count resumes where it paused")
+}
+
+// A node downstream of a recurring tick runs once per cycle, even when it reads its inputs after
+// the tick's next cycle was written and before that cycle came due: the hooks force that order.
+func TestDownstreamOfARecurringTickRunsEveryCycle(t *testing.T) {
+	t.Parallel()
+	const period = time.Second
+	stub := clock.NewStub(time.Now())
+	g := graph.MustNew("tick_every_cycle", "v1", []graph.Node{
+		graph.Input("run"),
+		graph.TickRecurring("clock", graph.Needs("run"), func(ctx context.Context, in graph.Values) (time.Time, error) {
+			return stub.Now().Add(period), nil
+		}),
+		graph.Compute("count", graph.Needs("clock"), func(ctx context.Context, in graph.Values) (any, error) {
+			return in.Int("count") + 1, nil
+		}),
+	})
+	ticked := make(chan struct{}, 10)
+	cfg := testConfig(t, g)
+	cfg.Test.Clock = stub
+	cfg.Test.Hooks = actors.Hooks{
+		ComputationStarted: func(c *persistence.Computation, _, _ *actor.PID) {
+			if c.Node == "count" {
+				<-ticked // count reads its inputs once the tick's next cycle is written
+			}
+		},
+		ComputationFinished: func(c *persistence.Computation, _ string) {
+			if c.Node == "clock" {
+				ticked <- struct{}{}
+			}
+		},
+	}
+	rt := newRuntime(t, cfg)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "run", true)
+	require.NoError(t, err)
+	waitFor(t, "the first cycle", func() bool { _, err := rt.Get(ctx, ex.ID, "clock"); return err == nil })
+	waitIdle(t, rt, ex.ID)
+	<-ticked // the first cycle's, which no count waited for
+
+	var last graph.Value
+	for want := int64(1); want <= 3; want++ {
+		waitIdle(t, rt, ex.ID)
+		stub.Advance(period)
+		last, err = rt.Get(ctx, ex.ID, "count", journey.WaitNewerThan(last.Revision))
+		require.NoError(t, err, "cycle %d: count did not run", want)
+		require.Equal(t, want, last.Int())
+	}
 }
 
 func TestTickRunsOncePerUpstreamChange(t *testing.T) {

@@ -293,7 +293,7 @@ func (s *Store) advanceNode(ctx context.Context, tx bun.IDB, st *execState, n gr
 	if st.exec.ArchivedAt != nil || latest != nil && latest.active() {
 		return false, nil
 	}
-	sig := signature(Signature(n, st.values))
+	sig := signature(Signature(n, due))
 	if latest != nil && parseSignature(latest.ComputedWith).equal(sig) {
 		if latest.failedForGood() {
 			return false, nil // its attempts at these upstream revisions are used up
@@ -316,7 +316,7 @@ func (s *Store) advanceNode(ctx context.Context, tx bun.IDB, st *execState, n gr
 // once per upstream revisions, as a FAILED attempt with the cause, and claims the failure event.
 // A node with an attempt under way is left to that attempt.
 func (s *Store) failNode(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, cause error) error {
-	sig := signature(Signature(n, st.values))
+	sig := signature(Signature(n, st.dueView()))
 	latest := st.latest[n.Name()]
 	if latest != nil && (latest.active() || latest.failedForGood() && parseSignature(latest.ComputedWith).equal(sig)) {
 		return nil

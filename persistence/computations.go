@@ -178,6 +178,9 @@ func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMes
 	return s.write(ctx, c.ExecutionID, fence, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		st.revision++
 		st.promote = c.gated() // its slot is free
+		if err := s.forgetUndueTicks(ctx, tx, st, c); err != nil {
+			return err
+		}
 		n, _ := st.g.Node(c.Node)
 		ok, err := holds(n, st.values)
 		switch {
@@ -199,6 +202,30 @@ func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMes
 		st.latest[c.Node] = c
 		return s.advance(ctx, tx, st)
 	})
+}
+
+// forgetUndueTicks drops from a finished attempt's upstream revisions each tick whose value it
+// read before that value came due: a recurring tick's next cycle, written while the attempt ran.
+// For the attempt, that cycle has not happened yet; it must run again when it does. Gates and
+// signatures see ticks only once they are due, so the attempt's record must too.
+func (s *Store) forgetUndueTicks(ctx context.Context, tx bun.IDB, st *execState, c *Computation) error {
+	sig := parseSignature(c.ComputedWith)
+	forgot := false
+	for up, rev := range sig {
+		if n, ok := st.g.Node(up); ok && isTick(n) && st.values[up].Revision == rev && !st.tickDue(up) {
+			delete(sig, up)
+			forgot = true
+		}
+	}
+	if !forgot {
+		return nil
+	}
+	c.ComputedWith = sig.String()
+	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET computed_with = ?::jsonb WHERE id = ?"), c.ComputedWith, c.ID).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("recording what computation %d read: %w", c.ID, err)
+	}
+	return nil
 }
 
 // cancelAttempt marks a finished attempt CANCELED, with reason.

@@ -44,7 +44,7 @@ func (s *Store) Retry(ctx context.Context, id, node string) error {
 		if latest == nil || !latest.failedForGood() {
 			return fmt.Errorf("%w: node %q of %s; only a node whose attempts are used up can be retried", ErrNotFailed, node, id)
 		}
-		c, err := s.insertComputation(ctx, tx, st, n, 1, signature(Signature(n, st.values)), 0)
+		c, err := s.insertComputation(ctx, tx, st, n, 1, signature(Signature(n, st.dueView())), 0)
 		if err != nil {
 			return err
 		}

@@ -35,13 +35,15 @@ func TestSIGKILLedReplicaLosesNothing(t *testing.T) {
 	c.audit(t, ids)
 	t.Logf("%d executions without a kill: %v from submission to the last completion", executions, time.Since(start).Round(time.Millisecond))
 
+	// The kill comes while the executions are being submitted, once the victim holds some.
 	start = time.Now()
-	more := c.submit(t, executions)
+	submitted := c.submitting(executions)
 	victim := workers[0]
 	victim.waitFor(t, "running computations", func(w *worker) bool { return w.running() >= 10 })
 	held := victim.running()
 	victim.signal(t, syscall.SIGKILL)
 	killedAt := time.Now()
+	more := submitted(t)
 	c.waitDone(t, 2*executions, 2*time.Minute)
 	t.Logf("%d executions with a kill of a replica holding %d of them: %v from submission to the last completion",
 		executions, held, time.Since(start).Round(time.Millisecond))
@@ -164,12 +166,15 @@ func TestRollingRestartConsumesNoAttempt(t *testing.T) {
 	cfg.MaxWorkers = 20
 	c := newCluster(t, pgtest.URL(t), cfg)
 	workers := []*worker{c.start(t, "r0"), c.start(t, "r1"), c.start(t, "r2")}
-	ids := c.submit(t, executions)
 	start := time.Now()
+	var ids []string
+	// Each replica is stopped while it holds work: a batch is submitted before each stop.
 	for i, w := range workers {
+		submitted := c.submitting(executions / 3)
 		w.waitFor(t, "running computations", func(w *worker) bool { return w.running() > 0 })
 		w.stop(t)
 		workers[i] = c.start(t, fmt.Sprintf("r%d-restarted", i))
+		ids = append(ids, submitted(t)...)
 	}
 	c.waitDone(t, executions, 2*time.Minute)
 	t.Logf("%d executions through a rolling restart of 3 replicas: %v", executions, time.Since(start).Round(time.Millisecond))
@@ -186,8 +191,9 @@ func TestPostgresRestartLeavesNothingStuck(t *testing.T) {
 	c := newCluster(t, pg.URL(), cfg)
 	w0 := c.start(t, "p0")
 	c.start(t, "p1")
-	ids := c.submit(t, 100)
+	submitted := c.submitting(100)
 	w0.waitFor(t, "running computations", func(w *worker) bool { return w.running() > 0 })
+	ids := submitted(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -213,6 +213,13 @@ func (w *worker) stop(t *testing.T) {
 // submit starts n executions and sets their input.
 func (c *cluster) submit(t *testing.T, n int) []string {
 	t.Helper()
+	return c.submitting(n)(t)
+}
+
+// submitting starts n executions and sets their input, in the background. The function it
+// returns waits until they are all submitted, fails the test if any could not be, and returns
+// their ids.
+func (c *cluster) submitting(n int) func(t *testing.T) []string {
 	ids := make([]string, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
@@ -234,12 +241,15 @@ func (c *cluster) submit(t *testing.T, n int) []string {
 			})
 		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
+	return func(t *testing.T) []string {
+		t.Helper()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		return ids
 	}
-	return ids
 }
 
 // retry retries fn for up to 30s after its first failure: through a PostgreSQL restart, and the
