@@ -12,9 +12,16 @@
 // write.
 //
 // Lock order, which every transaction follows to stay free of deadlocks: computation rows first
-// (claims and sweeps lock them with SKIP LOCKED, a completion through its fenced UPDATE), then the
-// execution's advisory lock, then the executions row. Advancing never updates an existing
-// computation row that another transaction could hold.
+// (a completion through its fenced UPDATE, an abandonment with SKIP LOCKED), then the execution's
+// advisory lock, then the executions row, then, last, the promotion lock. The holder of the
+// promotion lock waits for nothing else, and a write that finds it busy does not wait for it: it
+// promotes after its commit. A write holds one execution at most. Claims and heartbeats
+// never wait for a lock (SKIP LOCKED, on the executions rows too for a claim), and background
+// work (sweeps, tick wake-ups, promotions) gives up on a lock after the store's LockTimeout.
+// Advancing never updates an existing computation row that another transaction could hold.
+//
+// User code that the store calls (gates, concurrency keys, backoffs) is run under recover: a
+// panic fails the node concerned, with the panic's text, and nothing else.
 //
 // It may import graph and internal packages, never actors, sweeper or the root package.
 package persistence
