@@ -20,6 +20,9 @@ import (
 func TestPanickingUserCodeFailsOnlyItsNode(t *testing.T) {
 	t.Parallel()
 	boom := func(v graph.Values) bool { return v.String("x") == "boom" }
+	// gated's gate holds while x is unset, so it runs at once; its attempt ends only after x is set
+	// to "boom", when its gate panics on the values of the completion.
+	started, release := make(chan struct{}, 1), make(chan struct{})
 	g := graph.MustNew("poison", "v1", []graph.Node{
 		graph.Input("x"),
 		graph.Compute("gated", graph.When("x", func(v graph.Value) bool {
@@ -27,7 +30,14 @@ func TestPanickingUserCodeFailsOnlyItsNode(t *testing.T) {
 				panic("predicate exploded")
 			}
 			return true
-		}), func(ctx context.Context, in graph.Values) (any, error) { return "gated", nil }),
+		}), func(ctx context.Context, in graph.Values) (any, error) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			<-release
+			return "gated", nil
+		}),
 		graph.Compute("keyed", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return "keyed", nil },
 			graph.ConcurrencyKey(func(v graph.Values) string {
 				if boom(v) {
@@ -54,8 +64,10 @@ func TestPanickingUserCodeFailsOnlyItsNode(t *testing.T) {
 
 	ex, err := rt.Start(ctx, g)
 	require.NoError(t, err)
+	<-started
 	_, err = rt.Set(ctx, ex.ID, "x", "boom")
 	require.NoError(t, err)
+	close(release)
 	v, err := rt.Get(ctx, ex.ID, "fine", journey.WaitAny())
 	require.NoError(t, err)
 	require.Equal(t, "fine", v.String(), "the other nodes run")

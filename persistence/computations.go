@@ -185,7 +185,7 @@ func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMes
 		ok, err := holds(n, st.values)
 		switch {
 		case err != nil:
-			return s.failAttempt(ctx, tx, st, c, err)
+			return s.gatePanicked(ctx, tx, st, c, err)
 		case !ok:
 			if err := s.cancelAttempt(ctx, tx, c, "canceled: gate no longer holds"); err != nil {
 				return err
@@ -243,12 +243,21 @@ func (s *Store) cancelAttempt(ctx context.Context, tx bun.IDB, c *Computation, r
 func (s *Store) failAttempt(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error) error {
 	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", c.Node, "error", cause)
 	msg := cause.Error()
-	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"), StateFailed, msg, c.ID).Exec(ctx)
+	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ?, computed_with = ?::jsonb WHERE id = ?"),
+		StateFailed, msg, c.ComputedWith, c.ID).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("failing computation %d: %w", c.ID, err)
 	}
 	c.State, c.Error = StateFailed, &msg
 	return s.nodeFailed(ctx, tx, st, c, cause)
+}
+
+// gatePanicked fails the node of a finished attempt whose gate panicked on the current values.
+// The failure is for those values, whichever the attempt read, so that advancing records it once.
+func (s *Store) gatePanicked(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error) error {
+	n, _ := st.g.Node(c.Node)
+	c.ComputedWith = signature(Signature(n, st.dueView())).String()
+	return s.failAttempt(ctx, tx, st, c, cause)
 }
 
 // Fail records a failed attempt, fenced by the claim. While attempts remain and the error is not
@@ -276,7 +285,7 @@ func (s *Store) afterFailure(ctx context.Context, tx bun.IDB, st *execState, c *
 	ok, err := holds(n, st.values)
 	switch {
 	case err != nil:
-		return s.failAttempt(ctx, tx, st, c, err)
+		return s.gatePanicked(ctx, tx, st, c, err)
 	case !ok:
 		return s.cancelAttempt(ctx, tx, c, "canceled: gate no longer holds; "+deref(c.Error))
 	case permanent || c.Attempt >= c.MaxAttempts:
