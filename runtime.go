@@ -32,6 +32,8 @@ import (
 const (
 	// onSaveTimeout bounds one OnSave callback.
 	onSaveTimeout = 30 * time.Second
+	// listenWait bounds how long New waits for the LISTEN connection.
+	listenWait = 10 * time.Second
 	// stopGrace is how long Stop waits for functions to return once their contexts are canceled.
 	stopGrace = 5 * time.Second
 )
@@ -59,6 +61,7 @@ type Runtime struct {
 	http       *http.Client
 	cancelBase context.CancelFunc
 	claims     *actors.ClaimGate
+	listening  chan struct{}  // closed once the listener's first LISTEN succeeded
 	running    sync.WaitGroup // computation goroutines
 	saves      atomic.Int64   // OnSave callbacks running
 	saved      chan struct{}  // a signal when one of them returns
@@ -137,6 +140,20 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.start()
+	// Notifications are the main wake-up path: New returns once the replica hears them, so that a
+	// write made right after it is not left to the poll.
+	wait := time.NewTimer(listenWait)
+	select {
+	case <-r.listening:
+	case <-ctx.Done():
+	case <-wait.C:
+	}
+	wait.Stop()
+	select {
+	case <-r.listening:
+	default:
+		r.logger.Warn("New returns before the LISTEN connection is up; until it is, work is found by the poll")
+	}
 	r.logger.Info("journey runtime started", "schema", cfg.Schema, "graphs", len(cfg.Graphs), "max_workers", cfg.MaxWorkers)
 	return r, nil
 }
@@ -145,6 +162,7 @@ func (r *Runtime) start() {
 	base, cancel := context.WithCancel(context.Background())
 	r.cancelBase = cancel
 	r.claims = actors.NewClaimGate()
+	r.listening = make(chan struct{})
 	r.system = actors.NewSystem(r.logger)
 	root := r.system.Root
 	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
@@ -174,7 +192,8 @@ func (r *Runtime) start() {
 		OnExecution: func(id string) {
 			r.waiters.wake(id)
 		},
-		OnNotice: func() { root.Send(r.delivery, actors.Wake{}) },
+		OnNotice:  func() { root.Send(r.delivery, actors.Wake{}) },
+		Listening: r.listening,
 		OnReconnect: func() {
 			wake()
 			root.Send(r.delivery, actors.Wake{})

@@ -26,7 +26,9 @@ type ListenerConfig struct {
 	// OnReconnect is called after the connection was re-established: notifications may have been
 	// missed, so everyone should look again.
 	OnReconnect func()
-	Logger      *slog.Logger
+	// Listening, if set, is closed once the first LISTEN has succeeded.
+	Listening chan struct{}
+	Logger    *slog.Logger
 }
 
 // listener holds the LISTEN connection in a goroutine of its own, and fans notifications out.
@@ -35,6 +37,8 @@ type listener struct {
 	logger *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
+	// listened is set once a LISTEN has succeeded: a later one is a reconnection.
+	listened bool
 }
 
 // NewListener returns the props of a listener actor.
@@ -60,8 +64,8 @@ func (l *listener) Receive(ctx actor.Context) {
 func (l *listener) loop(ctx context.Context) {
 	defer close(l.done)
 	backoff := 50 * time.Millisecond
-	for first := true; ctx.Err() == nil; first = false {
-		err := l.listen(ctx, first)
+	for ctx.Err() == nil {
+		err := l.listen(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -75,7 +79,7 @@ func (l *listener) loop(ctx context.Context) {
 	}
 }
 
-func (l *listener) listen(ctx context.Context, first bool) error {
+func (l *listener) listen(ctx context.Context) error {
 	conn, err := l.cfg.Connect(ctx)
 	if err != nil {
 		return err
@@ -88,9 +92,13 @@ func (l *listener) listen(ctx context.Context, first bool) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.cfg.Channel}.Sanitize()); err != nil {
 		return err
 	}
-	if !first && l.cfg.OnReconnect != nil {
+	switch {
+	case l.listened && l.cfg.OnReconnect != nil:
 		l.cfg.OnReconnect()
+	case !l.listened && l.cfg.Listening != nil:
+		close(l.cfg.Listening)
 	}
+	l.listened = true
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
