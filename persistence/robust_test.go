@@ -174,7 +174,7 @@ func TestSweepNeverWaitsForAnExecutionWhileHoldingThePromotionLock(t *testing.T)
 	var res SweepResult
 	go func() {
 		var err error
-		res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 10})
+		res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 1000}) // every pair in one pass
 		swept <- err
 	}()
 	waitFor(t, "the sweep to wait for the second execution", func() bool {
