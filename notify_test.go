@@ -95,6 +95,19 @@ func failingGraph() *graph.Graph {
 	})
 }
 
+// brokenUntilFixed is a graph whose node y fails for good until fixed is set.
+func brokenUntilFixed(name string, fixed *atomic.Bool) *graph.Graph {
+	return graph.MustNew(name, "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			if fixed.Load() {
+				return "ok", nil
+			}
+			return nil, graph.Permanent(errors.New("broken"))
+		}),
+	})
+}
+
 func TestFailedEventIsClaimedOnceAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	g := failingGraph()
@@ -151,15 +164,7 @@ func TestFailedEventIsClaimedOnceAcrossReplicas(t *testing.T) {
 func TestRetryRearmsTheFailedEvent(t *testing.T) {
 	t.Parallel()
 	var fixed atomic.Bool
-	g := graph.MustNew("rearm", "v1", []graph.Node{
-		graph.Input("x"),
-		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
-			if fixed.Load() {
-				return "ok", nil
-			}
-			return nil, graph.Permanent(errors.New("broken"))
-		}),
-	})
+	g := brokenUntilFixed("rearm", &fixed)
 	got := newReceived()
 	cfg := testConfig(t, g)
 	cfg.OnExecutionFailed = got.handler
@@ -503,15 +508,7 @@ func TestDeliveryRetriesUntilTheHorizon(t *testing.T) {
 func TestFailedNodesAreThoseOfTheClaim(t *testing.T) {
 	t.Parallel()
 	var fixed atomic.Bool
-	g := graph.MustNew("fixed_later", "v1", []graph.Node{
-		graph.Input("x"),
-		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
-			if fixed.Load() {
-				return "ok", nil
-			}
-			return nil, graph.Permanent(errors.New("broken"))
-		}),
-	})
+	g := brokenUntilFixed("fixed_later", &fixed)
 	stub := clock.NewStub(time.Now())
 	events := make(chan journey.ExecutionEvent, 10)
 	var calls atomic.Int64
