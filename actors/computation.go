@@ -45,6 +45,10 @@ type computationEnv struct {
 	base       context.Context // the parent of every function's context
 	running    *sync.WaitGroup // the goroutines of the running functions
 	heartbeats *actor.PID      // the heartbeat batcher
+	completer  *actor.PID      // records the outcomes
+	// completerDone is closed once the completer has stopped.
+	completerDone chan struct{}
+	system        *actor.ActorSystem
 	hooks      Hooks
 	// maxValueBytes caps the JSON encoding of a result.
 	maxValueBytes int
@@ -133,15 +137,15 @@ func (a *computation) lose(reason string) {
 // run executes the function and records its outcome through the fenced store methods. It returns
 // what happened, for the log.
 func (a *computation) run(ctx context.Context) string {
-	vals, err := a.env.store.Values(ctx, a.c.ExecutionID)
-	if err != nil {
-		if ctx.Err() != nil {
-			if a.lost.Load() {
-				return OutcomeDropped
-			}
-			return "canceled before it ran"
+	if ctx.Err() != nil {
+		if a.lost.Load() {
+			return OutcomeDropped
 		}
-		return a.record(ctx, fmt.Errorf("reading values: %w", err), nil, nil)
+		return "canceled before it ran"
+	}
+	vals, err := a.c.ClaimedValues()
+	if err != nil {
+		return a.record(ctx, err, nil, nil)
 	}
 	used := persistence.Signature(a.node, vals)
 	result, err := a.invoke(ctx, vals)
@@ -194,12 +198,7 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 		if a.lost.Load() {
 			return OutcomeDropped
 		}
-		var err error
-		if cause != nil {
-			err = a.env.store.Fail(wctx, a.c, cause)
-		} else {
-			err = a.env.store.Complete(wctx, a.c, raw, used)
-		}
+		err := a.env.recordOutcome(wctx, persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used})
 		switch {
 		case err == nil:
 			if cause != nil {

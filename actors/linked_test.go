@@ -66,8 +66,10 @@ func setup(t *testing.T) *linked {
 	pids := make(chan [2]*actor.PID, 1)
 	beats := l.system.Root.Spawn(heartbeatsProps(l.store, "r1", logger))
 	base, stop := context.WithCancel(context.Background()) // so that a failed test does not hang in its cleanup
+	done := make(chan struct{})
 	env := &computationEnv{store: l.store, replicaID: "r1", logger: logger, base: base, running: l.running,
-		heartbeats: beats,
+		heartbeats: beats, system: l.system, completerDone: done,
+		completer: l.system.Root.Spawn(completerProps(l.store, logger, done)),
 		hooks:      Hooks{ComputationStarted: func(_ *persistence.Computation, self, dog *actor.PID) { pids <- [2]*actor.PID{self, dog} }}}
 	_, n, _ := l.store.GraphOf(claimed[0])
 	l.system.Root.Spawn(computationProps(env, claimed[0], g, n))

@@ -110,7 +110,9 @@ func (l *listener) listen(ctx context.Context) error {
 		case n.Payload == persistence.PayloadNotice:
 			l.cfg.OnNotice()
 		case strings.HasPrefix(n.Payload, persistence.PayloadExecution):
-			l.cfg.OnExecution(strings.TrimPrefix(n.Payload, persistence.PayloadExecution))
+			for _, id := range strings.Split(strings.TrimPrefix(n.Payload, persistence.PayloadExecution), ",") {
+				l.cfg.OnExecution(id)
+			}
 		}
 	}
 }

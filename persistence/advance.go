@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -13,8 +15,8 @@ import (
 	"github.com/journey-go/journey/graph"
 )
 
-// execState is an execution loaded for writing: the caller holds its advisory lock and the lock on
-// its executions row until the transaction ends.
+// execState is an execution loaded for writing: the caller holds the lock on its executions row
+// until the transaction ends.
 type execState struct {
 	exec   Execution
 	g      *graph.Graph
@@ -32,6 +34,7 @@ type execState struct {
 }
 
 type valueRow struct {
+	ExecutionID string          `bun:"execution_id"`
 	Node     string          `bun:"node"`
 	Value    json.RawMessage `bun:"value"`
 	Metadata json.RawMessage `bun:"metadata"`
@@ -49,7 +52,7 @@ func (r valueRow) toValue() graph.Value {
 // execution is locked, as the lock order demands.
 func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.Tx) error,
 	fn func(ctx context.Context, tx bun.Tx, st *execState) error) error {
-	var done *execState
+	var done []*execState
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		done = nil
 		if before != nil {
@@ -57,100 +60,123 @@ func (s *Store) write(ctx context.Context, id string, before func(ctx context.Co
 				return err
 			}
 		}
-		st, err := s.load(ctx, tx, id)
+		sts, err := s.load(ctx, tx, []string{id})
 		if err != nil {
 			return err
 		}
-		if err := fn(ctx, tx, st); err != nil {
+		if err := fn(ctx, tx, sts[0]); err != nil {
 			return err
 		}
-		if err := s.finish(ctx, tx, st); err != nil {
+		if err := s.finish(ctx, tx, sts); err != nil {
 			return err
 		}
-		done = st
+		done = sts
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.fireSaved(done)
-	if done.promoteLater {
-		if _, err := s.PromoteDue(ctx); err != nil {
-			// The dispatchers' poll and the sweeper promote what this could not.
-			s.logger.Warn("promoting after a write failed", "execution_id", id, "error", err)
-		}
-	}
+	s.committed(ctx, done)
 	return nil
 }
 
-// load locks the execution and reads what advancing it needs.
-func (s *Store) load(ctx context.Context, tx bun.IDB, id string) (*execState, error) {
-	if err := s.lockExecution(ctx, tx, id); err != nil {
-		return nil, fmt.Errorf("locking execution %s: %w", id, err)
+// committed follows the commit of a write: it fires the OnSave events, and promotes what the
+// write could not because the promotion lock was busy.
+func (s *Store) committed(ctx context.Context, sts []*execState) {
+	later := false
+	for _, st := range sts {
+		s.fireSaved(st)
+		later = later || st.promoteLater
 	}
-	st := &execState{}
-	err := tx.NewRaw(s.q("SELECT * FROM {s}.executions WHERE id = ? FOR UPDATE"), id).Scan(ctx, &st.exec)
-	if isNoRows(err) {
-		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("loading execution %s: %w", id, err)
-	}
-	g, ok := s.Graph(st.exec.GraphName, st.exec.GraphVersion)
-	if !ok {
-		return nil, fmt.Errorf("%w: execution %s belongs to graph %q version %q, which this replica does not serve",
-			ErrUnknownGraph, id, st.exec.GraphName, st.exec.GraphVersion)
-	}
-	st.g = g
-	st.revision = st.exec.Revision
-	if st.now, err = s.now(ctx, tx); err != nil {
-		return nil, err
-	}
-	if st.values, err = s.values(ctx, tx, id); err != nil {
-		return nil, err
-	}
-	if st.latest, err = s.latestAttempts(ctx, tx, id, g); err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-// latestAttempts reads the newest attempt of each node of an execution. It reads one index entry
-// per node, so its cost does not grow with the attempts an execution has made over its life.
-func (s *Store) latestAttempts(ctx context.Context, db bun.IDB, id string, g *graph.Graph) (map[string]*Computation, error) {
-	var nodes []string
-	for _, n := range g.Nodes() {
-		if n.Kind() != graph.KindInput {
-			nodes = append(nodes, n.Name())
+	if later {
+		if _, err := s.PromoteDue(ctx); err != nil {
+			// The dispatchers' poll and the sweeper promote what this could not.
+			s.logger.Warn("promoting after a write failed", "error", err)
 		}
 	}
-	var rows []*Computation
-	err := db.NewRaw(s.q(latestAttemptsQuery), pgdialect.Array(nodes), id).Scan(ctx, &rows)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("loading computations of %s: %w", id, err)
-	}
-	latest := make(map[string]*Computation, len(rows))
-	for _, c := range rows {
-		latest[c.Node] = c
-	}
-	return latest, nil
 }
 
-// latestAttemptsQuery takes the nodes and the execution id.
-const latestAttemptsQuery = `SELECT c.* FROM unnest(?::text[]) AS n(node)
-	CROSS JOIN LATERAL (SELECT * FROM {s}.computations
-		WHERE execution_id = ? AND node = n.node ORDER BY id DESC LIMIT 1) c`
+// lockedExecution is an executions row locked for writing, with the transaction's time.
+type lockedExecution struct {
+	Execution
+	Now time.Time `bun:"tx_now"`
+}
 
-func (s *Store) values(ctx context.Context, db bun.IDB, id string) (graph.Values, error) {
-	var rows []valueRow
-	err := db.NewRaw(s.q(`SELECT node, value, metadata, revision, set_at FROM {s}."values"
-		WHERE execution_id = ?`), id).Scan(ctx, &rows)
+// load locks the executions ids, in id order so that two writers of several executions never
+// wait on each other, and reads what advancing them needs: one statement per table, whatever the
+// number of executions. It returns their states in id order; an id may be given twice.
+func (s *Store) load(ctx context.Context, tx bun.IDB, ids []string) ([]*execState, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	var rows []lockedExecution
+	err := tx.NewRaw(s.q(`SELECT e.*, coalesce(?::timestamptz, now()) AS tx_now FROM {s}.executions e
+		WHERE e.id = ANY(?::text[]) ORDER BY e.id FOR UPDATE`), s.clock.NowOrNil(), pgdialect.Array(ids)).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("loading values of %s: %w", id, err)
+		return nil, fmt.Errorf("loading executions %s: %w", strings.Join(ids, ", "), err)
 	}
-	vals := make(graph.Values, len(rows))
+	if len(rows) < len(ids) {
+		for i, id := range ids {
+			if i >= len(rows) || rows[i].ID != id {
+				return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+			}
+		}
+	}
+	sts := make([]*execState, len(rows))
+	var pairs [2][]string // execution ids and nodes, for the newest attempts
+	for i, row := range rows {
+		g, ok := s.Graph(row.GraphName, row.GraphVersion)
+		if !ok {
+			return nil, fmt.Errorf("%w: execution %s belongs to graph %q version %q, which this replica does not serve",
+				ErrUnknownGraph, row.ID, row.GraphName, row.GraphVersion)
+		}
+		sts[i] = &execState{exec: row.Execution, g: g, now: row.Now, revision: row.Revision,
+			latest: map[string]*Computation{}}
+		for _, n := range g.Nodes() {
+			if n.Kind() != graph.KindInput {
+				pairs[0], pairs[1] = append(pairs[0], row.ID), append(pairs[1], n.Name())
+			}
+		}
+	}
+	vals, err := s.valuesOf(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var latest []*Computation
+	err = tx.NewRaw(s.q(latestAttemptsQuery), pgdialect.Array(pairs[0]), pgdialect.Array(pairs[1])).Scan(ctx, &latest)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("loading the computations of %s: %w", strings.Join(ids, ", "), err)
+	}
+	byID := make(map[string]*execState, len(sts))
+	for _, st := range sts {
+		st.values = vals[st.exec.ID]
+		byID[st.exec.ID] = st
+	}
+	// One index entry per node: the cost does not grow with the attempts an execution has made.
+	for _, c := range latest {
+		byID[c.ExecutionID].latest[c.Node] = c
+	}
+	return sts, nil
+}
+
+// latestAttemptsQuery reads the newest attempt of each (execution id, node) pair given, as two
+// arrays.
+const latestAttemptsQuery = `SELECT c.* FROM unnest(?::text[], ?::text[]) AS n(execution_id, node)
+	CROSS JOIN LATERAL (SELECT * FROM {s}.computations
+		WHERE execution_id = n.execution_id AND node = n.node ORDER BY id DESC LIMIT 1) c`
+
+// valuesOf reads the values of executions ids. Each has an entry, empty if it has no values.
+func (s *Store) valuesOf(ctx context.Context, db bun.IDB, ids []string) (map[string]graph.Values, error) {
+	var rows []valueRow
+	err := db.NewRaw(s.q(`SELECT execution_id, node, value, metadata, revision, set_at FROM {s}."values"
+		WHERE execution_id = ANY(?::text[])`), pgdialect.Array(ids)).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("loading values of %s: %w", strings.Join(ids, ", "), err)
+	}
+	vals := make(map[string]graph.Values, len(ids))
+	for _, id := range ids {
+		vals[id] = graph.Values{}
+	}
 	for _, r := range rows {
-		vals[r.Node] = r.toValue()
+		vals[r.ExecutionID][r.Node] = r.toValue()
 	}
 	return vals, nil
 }
@@ -408,43 +434,93 @@ func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState
 	return c, nil
 }
 
-// finish writes the execution's revision back and queues the notifications. The caller commits
-// and then calls fireSaved.
-func (s *Store) finish(ctx context.Context, tx bun.IDB, st *execState) error {
-	if err := s.claimCompletion(ctx, tx, st); err != nil {
-		return err
-	}
-	if st.promote {
-		n, err := s.promoteGated(ctx, tx, st.now, false)
-		if errors.Is(err, errPromotionBusy) {
-			st.promoteLater = true
-		} else if err != nil {
+// finish writes the executions' revisions back, claims their events, promotes what their writes
+// made due, and queues the notifications, each for all of sts at once. The caller commits and
+// then calls committed.
+func (s *Store) finish(ctx context.Context, tx bun.IDB, sts []*execState) error {
+	var ids, wakes []string
+	var revs []int64
+	var setWake []bool
+	promote := false
+	for _, st := range sts {
+		if err := s.claimCompletion(ctx, tx, st); err != nil {
 			return err
 		}
-		st.work = st.work || n > 0
+		promote = promote || st.promote
+		wake := st.nextWake()
+		moved := !sameTime(wake, st.exec.WakeAt)
+		if !moved && st.revision == st.exec.Revision {
+			continue
+		}
+		w := ""
+		if wake != nil {
+			w = wake.Format(time.RFC3339Nano)
+		}
+		ids, revs, wakes, setWake = append(ids, st.exec.ID), append(revs, st.revision), append(wakes, w), append(setWake, moved)
 	}
-	if wake := st.nextWake(); !sameTime(wake, st.exec.WakeAt) {
-		_, err := tx.NewRaw(s.q("UPDATE {s}.executions SET wake_at = ? WHERE id = ?"), wake, st.exec.ID).Exec(ctx)
+	if len(ids) > 0 {
+		_, err := tx.NewRaw(s.q(`UPDATE {s}.executions e
+			SET revision = r.revision,
+				updated_at = CASE WHEN r.revision <> e.revision THEN coalesce(?::timestamptz, now()) ELSE e.updated_at END,
+				wake_at = CASE WHEN r.set_wake THEN nullif(r.wake_at, '')::timestamptz ELSE e.wake_at END
+			FROM unnest(?::text[], ?::bigint[], ?::text[], ?::boolean[]) AS r(id, revision, wake_at, set_wake)
+			WHERE e.id = r.id`), s.clock.NowOrNil(), pgdialect.Array(ids), pgdialect.Array(revs),
+			pgdialect.Array(wakes), pgdialect.Array(setWake)).Exec(ctx)
 		if err != nil {
-			return fmt.Errorf("scheduling the next tick of %s: %w", st.exec.ID, err)
+			return fmt.Errorf("updating the revisions of %s: %w", strings.Join(ids, ", "), err)
 		}
 	}
-	if st.revision != st.exec.Revision {
-		_, err := tx.NewRaw(s.q("UPDATE {s}.executions SET revision = ?, updated_at = ? WHERE id = ?"),
-			st.revision, st.now, st.exec.ID).Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("updating revision of %s: %w", st.exec.ID, err)
-		}
-	}
-	if st.changed {
-		if err := s.notify(ctx, tx, PayloadExecution+st.exec.ID); err != nil {
+	work := false
+	if promote {
+		n, err := s.promoteGated(ctx, tx, sts[0].now, false)
+		switch {
+		case errors.Is(err, errPromotionBusy):
+			sts[0].promoteLater = true
+		case err != nil:
 			return err
 		}
+		work = n > 0
 	}
-	if st.work {
-		if err := s.notify(ctx, tx, PayloadWork); err != nil {
-			return err
+	var changed []string
+	for _, st := range sts {
+		work = work || st.work
+		if st.changed {
+			changed = append(changed, st.exec.ID)
 		}
+	}
+	return s.announce(ctx, tx, work, changed)
+}
+
+// maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.
+const maxPayload = 7900
+
+// announce queues, in one statement, a NOTIFY that work is available if work is set, and NOTIFYs
+// that name the executions changed, as few as their payload's size allows.
+func (s *Store) announce(ctx context.Context, tx bun.IDB, work bool, changed []string) error {
+	var payloads []string
+	if work {
+		payloads = append(payloads, PayloadWork)
+	}
+	for len(changed) > 0 {
+		p := PayloadExecution + changed[0]
+		changed = changed[1:]
+		for len(changed) > 0 && len(p)+1+len(changed[0]) <= maxPayload {
+			p += "," + changed[0]
+			changed = changed[1:]
+		}
+		payloads = append(payloads, p)
+	}
+	if len(payloads) == 0 {
+		return nil
+	}
+	calls := make([]string, len(payloads))
+	args := make([]any, 0, 2*len(payloads))
+	for i, p := range payloads {
+		calls[i] = "pg_notify(?, ?)"
+		args = append(args, s.channel, p)
+	}
+	if _, err := tx.NewRaw("SELECT "+strings.Join(calls, ", "), args...).Exec(ctx); err != nil {
+		return fmt.Errorf("notifying: %w", err)
 	}
 	return nil
 }

@@ -12,23 +12,20 @@ import (
 	"github.com/journey-go/journey/graph"
 )
 
-// fenced matches a row only while the claim that produced it still holds. Its arguments are the
-// computation id, the replica id and the claim token.
-const fenced = "id = ? AND state = 'RUNNING' AND replica_id = ? AND claim_token = ?::uuid"
-
 // Claim takes up to limit AVAILABLE computations of the served graphs for replicaID, oldest
-// first. Each claimed row gets a fresh claim token, its deadlines, and bumps its execution's
-// revision. It never waits for a lock: a computation that another replica is claiming, or whose
-// execution is being written (its writer will NOTIFY when it commits), is left for a later claim.
-// So the deadlines it sets start when the claim starts, with nothing in between.
+// first, in one statement. Each claimed row gets a fresh claim token, its deadlines, and bumps its
+// execution's revision; it comes back with its execution's values as of the claim (see
+// ClaimedValues), so the function needs no other read. It never waits for a lock: a computation
+// that another replica is claiming, or whose execution is being written (its writer will NOTIFY
+// when it commits), is left for a later claim. So the deadlines it sets start when the claim
+// starts, with nothing in between.
 func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Computation, error) {
 	if limit <= 0 || len(s.keys) == 0 {
 		return nil, nil
 	}
 	var claimed []*Computation
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		err := tx.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now)
-			UPDATE {s}.computations c
+	err := s.db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now),
+		claimed AS (UPDATE {s}.computations c
 			SET state = 'RUNNING', replica_id = ?, claim_token = gen_random_uuid(), claimed_at = t.now,
 				deadline = t.now + c.abandon_after_ms * interval '1 millisecond',
 				heartbeat_deadline = t.now + c.heartbeat_timeout_ms * interval '1 millisecond',
@@ -39,37 +36,45 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 				WHERE a.state = 'AVAILABLE' AND a.graph_key IN (?) AND e.archived_at IS NULL
 				ORDER BY a.id LIMIT ?
 				FOR UPDATE OF a, e SKIP LOCKED)
-			RETURNING c.*`),
-			s.clock.NowOrNil(), replicaID, bun.List(s.keys), limit).Scan(ctx, &claimed)
-		if err != nil && !isNoRows(err) {
-			return fmt.Errorf("claiming computations: %w", err)
-		}
-		if len(claimed) == 0 {
-			return nil
-		}
-		// A claim is a revision of its execution; the claim above holds the executions' rows.
-		bump := map[string]int64{}
-		for _, c := range claimed {
-			bump[c.ExecutionID]++
-		}
-		ids := make([]string, 0, len(bump))
-		incs := make([]int64, 0, len(bump))
-		for id, n := range bump {
-			ids = append(ids, id)
-			incs = append(incs, n)
-		}
-		_, err = tx.NewRaw(s.q(`UPDATE {s}.executions e SET revision = e.revision + r.n
-			FROM unnest(?::text[], ?::bigint[]) AS r(id, n) WHERE e.id = r.id`),
-			pgdialect.Array(ids), pgdialect.Array(incs)).Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("bumping revisions of claimed executions: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+			RETURNING c.*),
+		-- A claim is a revision of its execution; the claim above holds the executions' rows.
+		bumped AS (UPDATE {s}.executions e SET revision = e.revision + n.claims
+			FROM (SELECT execution_id, count(*) AS claims FROM claimed GROUP BY execution_id) n
+			WHERE e.id = n.execution_id)
+		SELECT claimed.*, (SELECT jsonb_object_agg(v.node, jsonb_build_object(
+				'value', v.value, 'metadata', v.metadata, 'revision', v.revision, 'set_at', v.set_at))
+			FROM {s}."values" v WHERE v.execution_id = claimed.execution_id) AS claimed_values
+		FROM claimed ORDER BY claimed.id`),
+		s.clock.NowOrNil(), replicaID, bun.List(s.keys), limit).Scan(ctx, &claimed)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("claiming computations: %w", err)
 	}
 	return claimed, nil
+}
+
+// ClaimedValues returns the values of the execution of a computation returned by Claim, as they
+// were when it was claimed.
+func (c *Computation) ClaimedValues() (graph.Values, error) {
+	var rows map[string]struct {
+		Value    json.RawMessage `json:"value"`
+		Metadata json.RawMessage `json:"metadata"`
+		Revision int64           `json:"revision"`
+		SetAt    time.Time       `json:"set_at"`
+	}
+	if len(c.Values) > 0 {
+		if err := json.Unmarshal(c.Values, &rows); err != nil {
+			return nil, fmt.Errorf("reading the values claimed with computation %d: %w", c.ID, err)
+		}
+	}
+	vals := make(graph.Values, len(rows))
+	for node, r := range rows {
+		meta := r.Metadata
+		if string(meta) == "null" {
+			meta = nil
+		}
+		vals[node] = graph.Value{Raw: r.Value, Revision: r.Revision, SetAt: r.SetAt, Metadata: meta}
+	}
+	return vals, nil
 }
 
 // ClaimRef identifies a claim for a fenced write.
@@ -150,58 +155,12 @@ func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef
 	return out, nil
 }
 
-// fence moves a claimed computation out of RUNNING, if its claim still holds.
-func (s *Store) fence(ctx context.Context, tx bun.IDB, c *Computation, state string, errText *string, used map[string]int64) error {
-	computedWith := c.ComputedWith
-	if used != nil {
-		computedWith = signature(used).String()
-	}
-	res, err := tx.NewRaw(s.q(`UPDATE {s}.computations
-		SET state = ?, error = ?, computed_with = ?::jsonb, finished_at = coalesce(?::timestamptz, now())
-		WHERE `+fenced), state, errText, computedWith, s.clock.NowOrNil(), c.ID, c.ReplicaID, c.ClaimToken).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("finishing computation %d: %w", c.ID, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%w: computation %d of %q in %s", ErrClaimLost, c.ID, c.Node, c.ExecutionID)
-	}
-	c.State, c.Error, c.ComputedWith = state, errText, computedWith
-	return nil
-}
-
-// Complete records a successful attempt and its value in one transaction, fenced by the claim:
-// if the claim was lost it writes nothing and returns ErrClaimLost. used holds the upstream
-// revisions the function read. A value equal to the stored one keeps its revision. If the node's
-// gate no longer holds, the result is dropped and the attempt CANCELED.
+// Complete records a successful attempt and its value, fenced by the claim: if the claim was lost
+// it writes nothing and returns ErrClaimLost. used holds the upstream revisions the function read.
+// A value equal to the stored one keeps its revision. If the node's gate no longer holds, the
+// result is dropped and the attempt CANCELED.
 func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMessage, used map[string]int64) error {
-	fence := func(ctx context.Context, tx bun.Tx) error { return s.fence(ctx, tx, c, StateSuccess, nil, used) }
-	return s.write(ctx, c.ExecutionID, fence, func(ctx context.Context, tx bun.Tx, st *execState) error {
-		st.revision++
-		st.promote = c.gated() // its slot is free
-		if err := s.forgetUndueTicks(ctx, tx, st, c); err != nil {
-			return err
-		}
-		n, _ := st.g.Node(c.Node)
-		ok, err := holds(n, st.values)
-		switch {
-		case err != nil:
-			return s.gatePanicked(ctx, tx, st, c, err)
-		case !ok:
-			if err := s.cancelAttempt(ctx, tx, c, "canceled: gate no longer holds"); err != nil {
-				return err
-			}
-		case n.Kind() == graph.KindMutate:
-			if err := s.mutate(ctx, tx, st, n, result); err != nil {
-				return err
-			}
-		default:
-			if _, err := s.upsertValue(ctx, tx, st, c.Node, result, nil, st.revision); err != nil {
-				return err
-			}
-		}
-		st.latest[c.Node] = c
-		return s.advance(ctx, tx, st)
-	})
+	return s.recordAlone(ctx, Outcome{C: c, Result: result, Used: used})
 }
 
 // forgetUndueTicks drops from a finished attempt's upstream revisions each tick whose value it
@@ -263,13 +222,16 @@ func (s *Store) gatePanicked(ctx context.Context, tx bun.IDB, st *execState, c *
 // Fail records a failed attempt, fenced by the claim. While attempts remain and the error is not
 // permanent, the next attempt is created with the node's backoff; otherwise the node has failed.
 func (s *Store) Fail(ctx context.Context, c *Computation, cause error) error {
-	msg := cause.Error()
-	fence := func(ctx context.Context, tx bun.Tx) error { return s.fence(ctx, tx, c, StateFailed, &msg, nil) }
-	return s.write(ctx, c.ExecutionID, fence, func(ctx context.Context, tx bun.Tx, st *execState) error {
-		st.revision++
-		st.promote = c.gated() // its slot is free
-		return s.afterFailure(ctx, tx, st, c, cause, graph.IsPermanent(cause))
-	})
+	return s.recordAlone(ctx, Outcome{C: c, Err: cause})
+}
+
+// recordAlone records one outcome.
+func (s *Store) recordAlone(ctx context.Context, o Outcome) error {
+	lost, err := s.Record(ctx, []Outcome{o})
+	if err != nil {
+		return err
+	}
+	return lost[0]
 }
 
 // afterFailure follows a failed or abandoned attempt. If the node's gate no longer holds, the

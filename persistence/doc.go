@@ -5,17 +5,18 @@
 // execution, set values, claim computations, extend a heartbeat, complete or fail an attempt,
 // abandon expired attempts, promote pending ones. Every method that writes to an execution also
 // advances it (gates, new computations, invalidation) in the same transaction, serialised per
-// execution by a transaction-level advisory lock.
+// execution by the lock on its executions row. Record writes the outcomes of many attempts in one
+// transaction, with set-based statements.
 //
 // Writes made on behalf of a running computation are fenced: they match only a row that is still
 // RUNNING under the same replica and claim token, so a computation that lost its claim can never
 // write.
 //
 // Lock order, which every transaction follows to stay free of deadlocks: computation rows first
-// (a completion through its fenced UPDATE, an abandonment with SKIP LOCKED), then the execution's
-// advisory lock, then the executions row, then, last, the promotion lock. The holder of the
-// promotion lock waits for nothing else, and a write that finds it busy does not wait for it: it
-// promotes after its commit. A write holds one execution at most. Claims and heartbeats
+// (completions through their fenced UPDATE, in id order; an abandonment with SKIP LOCKED), then
+// the executions rows, in id order, then, last, the promotion lock. The holder of the promotion
+// lock waits for nothing else, and a write that finds it busy does not wait for it: it promotes
+// after its commit. Claims and heartbeats
 // never wait for a lock (SKIP LOCKED, on the executions rows too for a claim), and background
 // work (sweeps, tick wake-ups, promotions) gives up on a lock after the store's LockTimeout.
 // Advancing never updates an existing computation row that another transaction could hold.

@@ -133,7 +133,8 @@ func (s *Store) Values(ctx context.Context, id string) (graph.Values, error) {
 	if _, err := s.LoadExecution(ctx, id); err != nil {
 		return nil, err
 	}
-	return s.values(ctx, s.db, id)
+	vals, err := s.valuesOf(ctx, s.db, []string{id})
+	return vals[id], err
 }
 
 // NodeState is what Get needs to know about one node.

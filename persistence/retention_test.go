@@ -82,7 +82,7 @@ func TestWritesReadOneAttemptPerNode(t *testing.T) {
 
 	var plan []map[string]any
 	var raw string
-	require.NoError(t, b.db.NewRaw("EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.q(latestAttemptsQuery), pgdialect.Array([]string{"y"}), id).Scan(ctx, &raw))
+	require.NoError(t, b.db.NewRaw("EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.q(latestAttemptsQuery), pgdialect.Array([]string{id}), pgdialect.Array([]string{"y"})).Scan(ctx, &raw))
 	require.NoError(t, json.Unmarshal([]byte(raw), &plan))
 	read := rowsRead(plan[0]["Plan"].(map[string]any), "computations")
 	require.LessOrEqual(t, read, 1.0, "one row read per node, not one per attempt ever made")

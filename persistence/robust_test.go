@@ -169,7 +169,8 @@ func TestSweepNeverWaitsForAnExecutionWhileHoldingThePromotionLock(t *testing.T)
 	writer, err := b.db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = writer.Rollback() }()
-	require.NoError(t, b.store.lockExecution(ctx, writer, second))
+	_, err = writer.NewRaw(b.store.q("SELECT 1 FROM {s}.executions WHERE id = ? FOR UPDATE"), second).Exec(ctx)
+	require.NoError(t, err)
 	swept := make(chan error, 1)
 	var res SweepResult
 	go func() {
@@ -179,8 +180,8 @@ func TestSweepNeverWaitsForAnExecutionWhileHoldingThePromotionLock(t *testing.T)
 	}()
 	waitFor(t, "the sweep to wait for the second execution", func() bool {
 		var waiting int
-		require.NoError(t, b.db.NewRaw(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND objid::bigint = hashtextextended(?, 0) & 4294967295`, b.store.schema+":"+second).Scan(ctx, &waiting))
+		require.NoError(t, b.db.NewRaw(`SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || ? || '%executions%'`, b.store.quoted).Scan(ctx, &waiting))
 		return waiting > 0
 	})
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)

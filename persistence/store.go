@@ -48,7 +48,8 @@ const (
 )
 
 // Notification payloads sent on the store's channel. A payload of PayloadWork means new work is
-// available; PayloadExecution+id means a value or a node's outcome changed in that execution.
+// available; PayloadExecution and a comma-separated list of ids means a value or a node's outcome
+// changed in each of those executions.
 const (
 	PayloadWork      = "w"
 	PayloadExecution = "x:"
@@ -196,12 +197,6 @@ func (s *Store) notify(ctx context.Context, tx bun.IDB, payload string) error {
 	return err
 }
 
-// lockExecution serialises writers of one execution for the rest of the transaction.
-func (s *Store) lockExecution(ctx context.Context, tx bun.IDB, id string) error {
-	_, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", s.schema+":"+id).Exec(ctx)
-	return err
-}
-
 // boundLocks makes the rest of a background transaction give up on any lock it waits for longer
 // than the store's lock timeout: a sweep, a wake-up or a promotion must not stall behind a frozen
 // replica; it tries again at its next pass.
@@ -257,6 +252,9 @@ type Computation struct {
 	MaxParallel        *int       `bun:"max_parallel"`
 	CreatedAt          time.Time  `bun:"created_at"`
 	FinishedAt         *time.Time `bun:"finished_at"`
+	// Values are the values of the execution when Claim returned the computation, as JSON: read
+	// them with ClaimedValues. Other reads leave them empty.
+	Values json.RawMessage `bun:"claimed_values,scanonly"`
 }
 
 // gated reports whether the attempt waits for a concurrency key or a parallel limit.

@@ -1,0 +1,126 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/journey-go/journey/persistence"
+)
+
+// maxCompleterBatch caps the outcomes one transaction of the completer records.
+const maxCompleterBatch = 200
+
+// outcome asks the completer to record one attempt's outcome. The completer answers on reply,
+// which has room for the answer.
+type outcome struct {
+	out   persistence.Outcome
+	reply chan error
+}
+
+type flushOutcomes struct{}
+
+// completer records the outcomes of a replica's computations, many in one transaction: the
+// statements of a transaction are set-based, so a batch of a hundred costs little more than one.
+// Like the heartbeat batcher, it flushes behind the outcomes already in its mailbox: a lone outcome
+// is recorded at once, and those that arrive while a transaction runs make up the next batch. It
+// never waits on a timer.
+type completer struct {
+	store  *persistence.Store
+	logger *slog.Logger
+	done   chan struct{} // closed once the completer has stopped
+	batch  []outcome
+}
+
+func completerProps(store *persistence.Store, logger *slog.Logger, done chan struct{}) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &completer{store: store, logger: logger.With("service", "completer"), done: done}
+	}, actor.WithSupervisor(stopStrategy))
+}
+
+// Receive implements actor.Actor.
+func (c *completer) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case outcome:
+		if len(c.batch) == 0 {
+			ctx.Send(ctx.Self(), flushOutcomes{})
+		}
+		c.batch = append(c.batch, msg)
+		if len(c.batch) >= maxCompleterBatch {
+			c.flush()
+		}
+	case flushOutcomes:
+		if len(c.batch) > 0 {
+			c.flush()
+		}
+	case *actor.Stopped:
+		close(c.done) // the computations waiting on the batch left behind record it themselves
+	}
+}
+
+// flush records the batch. If its transaction fails, each outcome is recorded alone, so that one
+// outcome the database refuses does not fail the others.
+func (c *completer) flush() {
+	batch := c.batch
+	c.batch = nil
+	outs := make([]persistence.Outcome, len(batch))
+	for i, o := range batch {
+		outs[i] = o.out
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	lost, err := c.store.Record(wctx, outs)
+	if err != nil && len(batch) > 1 {
+		c.logger.Warn("recording a batch of outcomes failed; recording each alone", "count", len(batch), "error", err)
+		for _, o := range batch {
+			o.reply <- recordAlone(wctx, c.store, o.out)
+		}
+		return
+	}
+	for i, o := range batch {
+		if err != nil {
+			o.reply <- err
+		} else {
+			o.reply <- lost[i]
+		}
+	}
+}
+
+// recordAlone records one outcome with a transaction of its own.
+func recordAlone(ctx context.Context, store *persistence.Store, o persistence.Outcome) error {
+	lost, err := store.Record(ctx, []persistence.Outcome{o})
+	if err != nil {
+		return err
+	}
+	return lost[0]
+}
+
+// errNotRecorded means the completer stopped before it answered.
+var errNotRecorded = errors.New("the completer stopped")
+
+// recordOutcome hands o to the completer and waits for its answer, or records o itself once the
+// completer has stopped.
+func (env *computationEnv) recordOutcome(ctx context.Context, o persistence.Outcome) error {
+	reply := make(chan error, 1)
+	select {
+	case <-env.completerDone:
+		return recordAlone(ctx, env.store, o)
+	default:
+		env.system.Root.Send(env.completer, outcome{out: o, reply: reply})
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-env.completerDone:
+		select {
+		case err := <-reply: // answered as it stopped
+			return err
+		default:
+			return recordAlone(ctx, env.store, o)
+		}
+	case <-ctx.Done():
+		return errors.Join(errNotRecorded, ctx.Err())
+	}
+}

@@ -1,0 +1,168 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/journey-go/journey/graph"
+)
+
+// Outcome is how one claimed attempt ended, for Record.
+type Outcome struct {
+	C *Computation
+	// Err is the attempt's failure; nil means it succeeded with Result.
+	Err error
+	// Result is the JSON of the value computed.
+	Result json.RawMessage
+	// Used holds the upstream revisions the function read.
+	Used map[string]int64
+}
+
+// Record records the outcomes of many attempts in one transaction, each fenced by its claim, and
+// returns, for each, nil or ErrClaimLost: a lost claim drops its own outcome, not the others. A
+// success stores its value unless the node's gate no longer holds (the attempt is then CANCELED);
+// a failure is retried with the node's backoff while attempts remain and it is not permanent, else
+// the node has failed. Every execution concerned is then advanced.
+//
+// The fences are one statement, and so are the loads of the executions, their values and their
+// newest attempts, the revisions written back and the notifications; the executions are locked in
+// id order. An error of the transaction is returned for the whole batch: nothing was written.
+func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
+	lost := make([]error, len(outs))
+	var done []*execState
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		done = nil
+		won, err := s.fenceAll(ctx, tx, outs)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for i, o := range outs {
+			lost[i] = nil
+			if !won[i] {
+				lost[i] = fmt.Errorf("%w: computation %d of %q in %s", ErrClaimLost, o.C.ID, o.C.Node, o.C.ExecutionID)
+				continue
+			}
+			ids = append(ids, o.C.ExecutionID)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		sts, err := s.load(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]*execState, len(sts))
+		for _, st := range sts {
+			byID[st.exec.ID] = st
+		}
+		for i, o := range outs {
+			if won[i] {
+				if err := s.recordOne(ctx, tx, byID[o.C.ExecutionID], o); err != nil {
+					return err
+				}
+			}
+		}
+		if err := s.finish(ctx, tx, sts); err != nil {
+			return err
+		}
+		done = sts
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.committed(ctx, done)
+	return lost, nil
+}
+
+// fenceAll moves the attempts of outs out of RUNNING, in one statement and in id order, where
+// their claims still hold, and reports which did.
+func (s *Store) fenceAll(ctx context.Context, tx bun.IDB, outs []Outcome) ([]bool, error) {
+	n := len(outs)
+	ids, replicas, tokens := make([]int64, n), make([]string, n), make([]string, n)
+	states, errs, used := make([]string, n), make([]string, n), make([]string, n)
+	for i, o := range outs {
+		ids[i], replicas[i], tokens[i] = o.C.ID, deref(o.C.ReplicaID), deref(o.C.ClaimToken)
+		states[i] = StateSuccess
+		if o.Err != nil {
+			states[i], errs[i] = StateFailed, o.Err.Error()
+		} else if o.Used != nil {
+			used[i] = signature(o.Used).String()
+		}
+	}
+	var fenced []int64
+	err := tx.NewRaw(s.q(`WITH o AS (
+			SELECT * FROM unnest(?::bigint[], ?::text[], ?::uuid[], ?::text[], ?::text[], ?::text[])
+				AS o(id, replica_id, token, state, error, computed_with)),
+		held AS (SELECT c.id FROM {s}.computations c JOIN o ON c.id = o.id
+			WHERE c.state = 'RUNNING' AND c.replica_id = o.replica_id AND c.claim_token = o.token
+			ORDER BY c.id FOR UPDATE OF c)
+		UPDATE {s}.computations c
+		SET state = o.state, error = CASE WHEN o.state = 'FAILED' THEN o.error END,
+			computed_with = coalesce(nullif(o.computed_with, '')::jsonb, c.computed_with),
+			finished_at = coalesce(?::timestamptz, now())
+		FROM o, held WHERE c.id = o.id AND c.id = held.id
+		RETURNING c.id`),
+		pgdialect.Array(ids), pgdialect.Array(replicas), pgdialect.Array(tokens), pgdialect.Array(states),
+		pgdialect.Array(errs), pgdialect.Array(used), s.clock.NowOrNil()).Scan(ctx, &fenced)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("finishing computations: %w", err)
+	}
+	held := make(map[int64]bool, len(fenced))
+	for _, id := range fenced {
+		held[id] = true
+	}
+	won := make([]bool, n)
+	for i, o := range outs {
+		won[i] = held[o.C.ID]
+		if !won[i] {
+			continue
+		}
+		o.C.State = states[i]
+		if o.Err != nil {
+			o.C.Error = &errs[i]
+		}
+		if used[i] != "" {
+			o.C.ComputedWith = used[i]
+		}
+	}
+	return won, nil
+}
+
+// recordOne records one fenced outcome in its execution's state.
+func (s *Store) recordOne(ctx context.Context, tx bun.IDB, st *execState, o Outcome) error {
+	c := o.C
+	st.revision++
+	st.promote = st.promote || c.gated() // its slot is free
+	if o.Err != nil {
+		return s.afterFailure(ctx, tx, st, c, o.Err, graph.IsPermanent(o.Err))
+	}
+	if err := s.forgetUndueTicks(ctx, tx, st, c); err != nil {
+		return err
+	}
+	n, _ := st.g.Node(c.Node)
+	ok, err := holds(n, st.values)
+	switch {
+	case err != nil:
+		return s.gatePanicked(ctx, tx, st, c, err)
+	case !ok:
+		if err := s.cancelAttempt(ctx, tx, c, "canceled: gate no longer holds"); err != nil {
+			return err
+		}
+	case n.Kind() == graph.KindMutate:
+		if err := s.mutate(ctx, tx, st, n, o.Result); err != nil {
+			return err
+		}
+	default:
+		if _, err := s.upsertValue(ctx, tx, st, c.Node, o.Result, nil, st.revision); err != nil {
+			return err
+		}
+	}
+	st.latest[c.Node] = c
+	return s.advance(ctx, tx, st)
+}

@@ -1,0 +1,166 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+)
+
+// A batch's lost claim drops its own outcome only; the others are recorded, and one NOTIFY names
+// every execution that changed.
+func TestRecordDropsOnlyTheLostClaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.ready(t, 3)
+	claimed, err := b.store.Claim(ctx, "r1", 3)
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+	n, err := b.store.Release(ctx, "r1") // every claim is void…
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	again, err := b.store.Claim(ctx, "r1", 3) // …and claimed again, under new tokens
+	require.NoError(t, err)
+	require.Len(t, again, 3)
+
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(ctx) }()
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{b.store.channel}.Sanitize())
+	require.NoError(t, err)
+
+	outs := []Outcome{
+		{C: again[0], Result: json.RawMessage(`10`), Used: map[string]int64{"x": 1}},
+		{C: claimed[1], Result: json.RawMessage(`11`), Used: map[string]int64{"x": 1}}, // the void claim
+		{C: again[2], Err: graph.Permanent(context.DeadlineExceeded)},
+	}
+	lost, err := b.store.Record(ctx, outs)
+	require.NoError(t, err)
+	require.NoError(t, lost[0])
+	require.ErrorIs(t, lost[1], ErrClaimLost)
+	require.NoError(t, lost[2])
+
+	vals, err := b.store.Values(ctx, again[0].ExecutionID)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), vals.Int("y"))
+	vals, err = b.store.Values(ctx, again[1].ExecutionID)
+	require.NoError(t, err)
+	require.False(t, vals.Has("y"), "the lost claim wrote nothing")
+	require.Equal(t, StateRunning, b.latest(t, again[1].ExecutionID, "y").State, "the live claim is untouched")
+	failed := b.latest(t, again[2].ExecutionID, "y")
+	require.Equal(t, StateFailed, failed.State)
+	require.Contains(t, *failed.Error, "deadline exceeded")
+
+	var changed []string
+	for len(changed) < 2 {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		note, err := conn.WaitForNotification(wctx)
+		cancel()
+		require.NoError(t, err, "the changes were announced")
+		if rest, ok := strings.CutPrefix(note.Payload, PayloadExecution); ok {
+			require.Empty(t, changed, "one NOTIFY for the batch's changes")
+			changed = strings.Split(rest, ",")
+		}
+	}
+	require.ElementsMatch(t, []string{again[0].ExecutionID, again[2].ExecutionID}, changed)
+}
+
+// Two outcomes of one execution in one batch are recorded one after the other, as two writes
+// would: each value gets a revision of its own, and the execution's revision counts both.
+func TestRecordTwoOutcomesOfOneExecution(t *testing.T) {
+	t.Parallel()
+	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
+	g := graph.MustNew("pair", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), one),
+		graph.Compute("z", graph.Needs("x"), one),
+		graph.Compute("sum", graph.Needs("y", "z"), one),
+	})
+	b := setup(t, g)
+	ctx := context.Background()
+	id := b.start(t, g, map[string]any{"x": 1})
+	claimed, err := b.store.Claim(ctx, "r1", 2)
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	before, err := b.store.LoadExecution(ctx, id)
+	require.NoError(t, err)
+	for _, c := range claimed {
+		vals, err := c.ClaimedValues()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), vals.Int("x"), "the claim returns the values its function reads")
+	}
+
+	lost, err := b.store.Record(ctx, []Outcome{
+		{C: claimed[0], Result: json.RawMessage(`2`), Used: map[string]int64{"x": 1}},
+		{C: claimed[1], Result: json.RawMessage(`3`), Used: map[string]int64{"x": 1}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []error{nil, nil}, lost)
+	after, err := b.store.LoadExecution(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, before.Revision+2, after.Revision, "one revision per completion")
+	vals, err := b.store.Values(ctx, id)
+	require.NoError(t, err)
+	revs := []int64{vals["y"].Revision, vals["z"].Revision}
+	slices.Sort(revs)
+	require.Equal(t, []int64{before.Revision + 1, before.Revision + 2}, revs)
+	sum := b.latest(t, id, "sum")
+	require.Equal(t, StateAvailable, sum.State, "advanced once both were in")
+	require.JSONEq(t, `{"y": `+jsonInt(vals["y"].Revision)+`, "z": `+jsonInt(vals["z"].Revision)+`}`, sum.ComputedWith)
+}
+
+func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// Two batches that record outcomes of the same executions, given in opposite orders, never
+// deadlock: each locks the executions in id order.
+func TestRecordBatchesNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
+	g := graph.MustNew("crossed", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), one),
+		graph.Compute("z", graph.Needs("x"), one),
+	})
+	b := setup(t, g)
+	ctx := context.Background()
+	const n = 20
+	for range n {
+		b.start(t, g, map[string]any{"x": 1})
+	}
+	claimed, err := b.store.Claim(ctx, "r1", 2*n)
+	require.NoError(t, err)
+	require.Len(t, claimed, 2*n)
+	var ys, zs []Outcome
+	for _, c := range claimed {
+		o := Outcome{C: c, Result: json.RawMessage(`1`), Used: map[string]int64{"x": 1}}
+		if c.Node == "y" {
+			ys = append(ys, o)
+		} else {
+			zs = append(zs, o)
+		}
+	}
+	slices.SortFunc(ys, func(a, b Outcome) int { return strings.Compare(a.C.ExecutionID, b.C.ExecutionID) })
+	slices.SortFunc(zs, func(a, b Outcome) int { return strings.Compare(b.C.ExecutionID, a.C.ExecutionID) })
+	errs := make(chan error, 2)
+	for _, batch := range [][]Outcome{ys, zs} {
+		go func() {
+			lost, err := b.store.Record(ctx, batch)
+			if err == nil {
+				err = errors.Join(lost...)
+			}
+			errs <- err
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+}
