@@ -49,7 +49,7 @@ type computationEnv struct {
 	// completerDone is closed once the completer has stopped.
 	completerDone chan struct{}
 	system        *actor.ActorSystem
-	hooks      Hooks
+	hooks         Hooks
 	// maxValueBytes caps the JSON encoding of a result.
 	maxValueBytes int
 }

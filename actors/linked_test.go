@@ -70,7 +70,7 @@ func setup(t *testing.T) *linked {
 	env := &computationEnv{store: l.store, replicaID: "r1", logger: logger, base: base, running: l.running,
 		heartbeats: beats, system: l.system, completerDone: done,
 		completer: l.system.Root.Spawn(completerProps(l.store, logger, done)),
-		hooks:      Hooks{ComputationStarted: func(_ *persistence.Computation, self, dog *actor.PID) { pids <- [2]*actor.PID{self, dog} }}}
+		hooks:     Hooks{ComputationStarted: func(_ *persistence.Computation, self, dog *actor.PID) { pids <- [2]*actor.PID{self, dog} }}}
 	_, n, _ := l.store.GraphOf(claimed[0])
 	l.system.Root.Spawn(computationProps(env, claimed[0], g, n))
 	select {

@@ -35,11 +35,11 @@ type execState struct {
 
 type valueRow struct {
 	ExecutionID string          `bun:"execution_id"`
-	Node     string          `bun:"node"`
-	Value    json.RawMessage `bun:"value"`
-	Metadata json.RawMessage `bun:"metadata"`
-	Revision int64           `bun:"revision"`
-	SetAt    time.Time       `bun:"set_at"`
+	Node        string          `bun:"node"`
+	Value       json.RawMessage `bun:"value"`
+	Metadata    json.RawMessage `bun:"metadata"`
+	Revision    int64           `bun:"revision"`
+	SetAt       time.Time       `bun:"set_at"`
 }
 
 func (r valueRow) toValue() graph.Value {
