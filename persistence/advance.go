@@ -189,12 +189,16 @@ func (s *Store) upsertValue(ctx context.Context, tx bun.IDB, st *execState, node
 		metaArg = string(meta)
 	}
 	var rows []valueRow
-	err := tx.NewRaw(s.q(`INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
-		VALUES (?, ?, ?::jsonb, ?::jsonb, ?, ?)
-		ON CONFLICT (execution_id, node) DO UPDATE
-		SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
-		WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
-		RETURNING node, value, metadata, revision, set_at`),
+	// The change goes into the history in the same statement.
+	err := tx.NewRaw(s.q(`WITH v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
+			VALUES (?, ?, ?::jsonb, ?::jsonb, ?, ?)
+			ON CONFLICT (execution_id, node) DO UPDATE
+			SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
+			WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
+			RETURNING execution_id, node, value, metadata, revision, set_at),
+		h AS (INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
+			SELECT * FROM v)
+		SELECT node, value, metadata, revision, set_at FROM v`),
 		st.exec.ID, node, string(raw), metaArg, rev, st.now).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return false, fmt.Errorf("writing value %q: %w", node, err)
@@ -204,9 +208,6 @@ func (s *Store) upsertValue(ctx context.Context, tx bun.IDB, st *execState, node
 	}
 	st.values[node] = rows[0].toValue()
 	st.changed = true
-	if err := s.logChange(ctx, tx, st, node, raw, meta, rows[0].Revision); err != nil {
-		return false, err
-	}
 	if n, ok := st.g.Node(node); ok && (n.Settings().OnSave != nil || st.g.OnSave() != nil) {
 		st.saved = append(st.saved, graph.SaveEvent{
 			ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: node, Value: rows[0].toValue(),
@@ -215,30 +216,16 @@ func (s *Store) upsertValue(ctx context.Context, tx bun.IDB, st *execState, node
 	return true, nil
 }
 
+// deleteValue clears a node's value, and records the clearing in the history.
 func (s *Store) deleteValue(ctx context.Context, tx bun.IDB, st *execState, node string) error {
-	_, err := tx.NewRaw(s.q(`DELETE FROM {s}."values" WHERE execution_id = ? AND node = ?`), st.exec.ID, node).Exec(ctx)
+	_, err := tx.NewRaw(s.q(`WITH d AS (DELETE FROM {s}."values" WHERE execution_id = ? AND node = ? RETURNING execution_id, node)
+		INSERT INTO {s}.value_history (execution_id, node, revision, changed_at) SELECT execution_id, node, ?, ? FROM d`),
+		st.exec.ID, node, st.revision, st.now).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("clearing value %q: %w", node, err)
 	}
 	delete(st.values, node)
 	st.changed = true
-	return s.logChange(ctx, tx, st, node, nil, nil, st.revision)
-}
-
-// logChange appends a change of a value to the execution's history; a nil raw is a clearing.
-func (s *Store) logChange(ctx context.Context, tx bun.IDB, st *execState, node string, raw, meta json.RawMessage, rev int64) error {
-	var rawArg, metaArg any
-	if raw != nil {
-		rawArg = string(raw)
-	}
-	if meta != nil {
-		metaArg = string(meta)
-	}
-	_, err := tx.NewRaw(s.q(`INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
-		VALUES (?, ?, ?::jsonb, ?::jsonb, ?, ?)`), st.exec.ID, node, rawArg, metaArg, rev, st.now).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("recording the history of %q: %w", node, err)
-	}
 	return nil
 }
 
