@@ -53,7 +53,10 @@ func TestSIGKILLedReplicaLosesNothing(t *testing.T) {
 	for _, comp := range c.audit(t, append(ids, more...)) {
 		if comp.State == persistence.StateAbandoned {
 			abandoned++
-			require.Equal(t, persistence.ReasonReplica("w0"), *comp.Error, "every abandoned attempt carries the replica reason")
+			// A replica starved on a loaded machine may miss its own stale-after too: its work
+			// is abandoned for the same reason, and fenced like the killed one's.
+			require.Equal(t, persistence.ReasonReplica(*comp.ReplicaID), *comp.Error,
+				"every abandoned attempt was abandoned because its replica stopped heartbeating")
 		}
 		if comp.Attempt > 1 && comp.ClaimedAt != nil && (firstReclaim.IsZero() || comp.ClaimedAt.Before(firstReclaim)) {
 			firstReclaim = *comp.ClaimedAt
