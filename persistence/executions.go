@@ -4,10 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -24,35 +28,135 @@ func newID(prefix string) string {
 	return prefix + string(b)
 }
 
-// CreateExecution starts an execution of g and advances it, so that nodes whose gate holds from
-// the start are created at once.
+// CreateExecution starts an execution of g with no values, and advances it, so that nodes whose
+// gate holds from the start are created at once.
 func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution, error) {
-	if _, ok := s.Graph(g.Name(), g.Version()); !ok {
+	execs, err := s.CreateExecutions(ctx, g, []map[string]json.RawMessage{nil})
+	if err != nil {
+		return nil, err
+	}
+	return execs[0], nil
+}
+
+// CreateExecutions starts one execution of g for each item, in the order given, in one
+// transaction, and returns them in that order. An item's values are set as one change, at
+// revision 1, as SetValues right after CreateExecution sets them; a nil or empty item starts an
+// execution with no values, at revision 0. Each execution is then advanced as a write advances
+// it. The caller has checked every item: its nodes are inputs of g (CheckInput), and its values
+// can be stored (CheckValue). No items write nothing.
+//
+// It is built for bulk: the executions go in with one statement, and their values and history
+// with another. The call sends one NOTIFY for the work it makes available, whatever the number of
+// executions, and none for the executions' values: no one can be waiting on an execution before
+// it exists.
+func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage) ([]*Execution, error) {
+	rg, ok := s.Graph(g.Name(), g.Version())
+	if !ok {
 		return nil, fmt.Errorf("%w: %q version %q; add it to Config.Graphs", ErrUnknownGraph, g.Name(), g.Version())
 	}
-	id := newID(g.IDPrefix())
-	var exec Execution
-	insert := func(ctx context.Context, tx bun.Tx) error {
-		_, err := tx.NewRaw(s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, created_at, updated_at)
-			VALUES (?, ?, ?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()))`),
-			id, g.Name(), g.Version(), s.clock.NowOrNil(), s.clock.NowOrNil()).Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("creating execution: %w", err)
-		}
-		return nil
+	if len(items) == 0 {
+		return []*Execution{}, nil
 	}
-	err := s.write(ctx, id, insert, func(ctx context.Context, tx bun.Tx, st *execState) error {
-		if err := s.advance(ctx, tx, st); err != nil {
-			return err
+	ids := make([]string, len(items))
+	revisions := make([]int64, len(items))
+	var valIDs, valNodes, valRaws []string
+	for i, item := range items {
+		ids[i] = newID(g.IDPrefix())
+		if len(item) > 0 {
+			revisions[i] = 1
 		}
-		exec = st.exec
-		exec.Revision = st.revision
+		for _, name := range slices.Sorted(maps.Keys(item)) {
+			valIDs, valNodes, valRaws = append(valIDs, ids[i]), append(valNodes, name), append(valRaws, string(item[name]))
+		}
+	}
+	var states []*execState
+	var promoteLater bool
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		states, promoteLater = nil, false
+		var rows []*Execution
+		err := tx.NewRaw(s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, created_at, updated_at)
+			SELECT e.id, ?, ?, e.revision, t.now, t.now
+			FROM unnest(?::text[], ?::bigint[]) AS e(id, revision),
+				(SELECT coalesce(?::timestamptz, now()) AS now) t
+			RETURNING *`),
+			g.Name(), g.Version(), pgdialect.Array(ids), pgdialect.Array(revisions), s.clock.NowOrNil()).Scan(ctx, &rows)
+		if err != nil {
+			return fmt.Errorf("creating executions: %w", err)
+		}
+		byID := make(map[string]*execState, len(rows))
+		for _, e := range rows {
+			byID[e.ID] = &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{},
+				latest: map[string]*Computation{}, revision: e.Revision}
+		}
+		now := rows[0].CreatedAt
+		if len(valIDs) > 0 {
+			var vals []struct {
+				ExecutionID string `bun:"execution_id"`
+				valueRow
+			}
+			err := tx.NewRaw(s.q(`WITH input AS (
+					SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[]) WITH ORDINALITY AS t(execution_id, node, value, ord)),
+				history AS (
+					INSERT INTO {s}.value_history (execution_id, node, value, revision, changed_at)
+					SELECT execution_id, node, value, 1, ? FROM input ORDER BY ord)
+				INSERT INTO {s}."values" (execution_id, node, value, revision, set_at)
+				SELECT execution_id, node, value, 1, ? FROM input ORDER BY ord
+				RETURNING execution_id, node, value, metadata, revision, set_at`),
+				pgdialect.Array(valIDs), pgdialect.Array(valNodes), pgdialect.Array(valRaws), now, now).Scan(ctx, &vals)
+			if err != nil {
+				return fmt.Errorf("setting the values of new executions: %w", err)
+			}
+			for _, v := range vals {
+				st := byID[v.ExecutionID]
+				st.values[v.Node] = v.toValue()
+				st.changed = true
+				st.recordSave(v.Node, v.toValue())
+			}
+		}
+		// The batch takes over what finish does for one execution alone: it notifies the
+		// dispatchers and promotes gated work once, for all of them.
+		var work, promote bool
+		for _, id := range ids {
+			st := byID[id]
+			if err := s.advance(ctx, tx, st); err != nil {
+				return err
+			}
+			work, promote = work || st.work, promote || st.promote
+			st.work, st.changed, st.promote = false, false, false
+			if err := s.finish(ctx, tx, st); err != nil {
+				return err
+			}
+			states = append(states, st)
+		}
+		if promote {
+			_, err := s.promoteGated(ctx, tx, now, false)
+			if errors.Is(err, errPromotionBusy) {
+				promoteLater = true
+			} else if err != nil {
+				return err
+			}
+		}
+		if work {
+			return s.notify(ctx, tx, PayloadWork)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &exec, nil
+	execs := make([]*Execution, len(states))
+	for i, st := range states {
+		s.fireSaved(st)
+		execs[i] = &st.exec
+		execs[i].Revision = st.revision
+	}
+	if promoteLater {
+		if _, err := s.PromoteDue(ctx); err != nil {
+			// The dispatchers' poll and the sweeper promote what this could not.
+			s.logger.Warn("promoting after starting executions failed", "executions", len(execs), "error", err)
+		}
+	}
+	return execs, nil
 }
 
 // LoadExecution reads an execution.
@@ -80,7 +184,7 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 	var rev int64
 	err := s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		for _, name := range append(append([]string(nil), nodes...), unset...) {
-			if err := checkInput(st.g, name); err != nil {
+			if err := CheckInput(st.g, name); err != nil {
 				return err
 			}
 		}
@@ -117,7 +221,9 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 	return rev, nil
 }
 
-func checkInput(g *graph.Graph, name string) error {
+// CheckInput reports why node name of g cannot be set: it is not in the graph (ErrUnknownNode),
+// or it is not an input (ErrNotInput).
+func CheckInput(g *graph.Graph, name string) error {
 	n, ok := g.Node(name)
 	if !ok {
 		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), name)
