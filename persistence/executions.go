@@ -39,11 +39,11 @@ func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution
 }
 
 // CreateExecutions starts one execution of g for each item, in the order given, in one
-// transaction, and returns them in that order. An item's values are set as one change, at
-// revision 1, as SetValues right after CreateExecution sets them; a nil or empty item starts an
-// execution with no values, at revision 0. Each execution is then advanced as a write advances
-// it. The caller has checked every item: its nodes are inputs of g (CheckInput), and its values
-// can be stored (CheckValue). No items write nothing.
+// transaction, and returns them in that order. Each execution is what CreateExecution, then
+// SetValues with the item's values, would make: advanced at revision 0 with no values, then given
+// the item's values as one change, at the next revision (1), and advanced again. A nil or empty
+// item starts an execution with no values. The caller has checked every item: its nodes are
+// inputs of g (CheckInput), and its values can be stored (CheckValue). No items write nothing.
 //
 // It is built for bulk: the executions go in with one statement, and their values and history
 // with another. The call sends one NOTIFY for the work it makes available, whatever the number of
@@ -58,21 +58,17 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		return []*Execution{}, nil
 	}
 	ids := make([]string, len(items))
-	revisions := make([]int64, len(items))
-	var valIDs, valNodes, valRaws []string
+	revisions := make([]int64, len(items)) // as they usually end: finish writes any other
 	for i, item := range items {
 		ids[i] = newID(g.IDPrefix())
 		if len(item) > 0 {
 			revisions[i] = 1
 		}
-		for _, name := range slices.Sorted(maps.Keys(item)) {
-			valIDs, valNodes, valRaws = append(valIDs, ids[i]), append(valNodes, name), append(valRaws, string(item[name]))
-		}
 	}
 	var states []*execState
 	var promoteLater bool
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		states, promoteLater = nil, false
+		promoteLater = false
 		var rows []*Execution
 		err := tx.NewRaw(s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, created_at, updated_at)
 			SELECT e.id, ?, ?, e.revision, t.now, t.now
@@ -83,53 +79,39 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		if err != nil {
 			return fmt.Errorf("creating executions: %w", err)
 		}
-		byID := make(map[string]*execState, len(rows))
+		created := make(map[string]*Execution, len(rows))
 		for _, e := range rows {
-			byID[e.ID] = &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{},
-				latest: map[string]*Computation{}, revision: e.Revision}
+			created[e.ID] = e
 		}
-		now := rows[0].CreatedAt
-		if len(valIDs) > 0 {
-			var vals []struct {
-				ExecutionID string `bun:"execution_id"`
-				valueRow
+		states = make([]*execState, len(ids))
+		for i, id := range ids {
+			e := created[id]
+			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{}}
+			if err := s.advance(ctx, tx, st); err != nil {
+				return err
 			}
-			err := tx.NewRaw(s.q(`WITH input AS (
-					SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[]) WITH ORDINALITY AS t(execution_id, node, value, ord)),
-				history AS (
-					INSERT INTO {s}.value_history (execution_id, node, value, revision, changed_at)
-					SELECT execution_id, node, value, 1, ? FROM input ORDER BY ord)
-				INSERT INTO {s}."values" (execution_id, node, value, revision, set_at)
-				SELECT execution_id, node, value, 1, ? FROM input ORDER BY ord
-				RETURNING execution_id, node, value, metadata, revision, set_at`),
-				pgdialect.Array(valIDs), pgdialect.Array(valNodes), pgdialect.Array(valRaws), now, now).Scan(ctx, &vals)
-			if err != nil {
-				return fmt.Errorf("setting the values of new executions: %w", err)
-			}
-			for _, v := range vals {
-				st := byID[v.ExecutionID]
-				st.values[v.Node] = v.toValue()
-				st.changed = true
-				st.recordSave(v.Node, v.toValue())
-			}
+			states[i] = st
+		}
+		if err := s.setStartValues(ctx, tx, states, items); err != nil {
+			return err
 		}
 		// The batch takes over what finish does for one execution alone: it notifies the
 		// dispatchers and promotes gated work once, for all of them.
 		var work, promote bool
-		for _, id := range ids {
-			st := byID[id]
-			if err := s.advance(ctx, tx, st); err != nil {
-				return err
+		for i, st := range states {
+			if len(items[i]) > 0 {
+				if err := s.advance(ctx, tx, st); err != nil {
+					return err
+				}
 			}
 			work, promote = work || st.work, promote || st.promote
 			st.work, st.changed, st.promote = false, false, false
 			if err := s.finish(ctx, tx, st); err != nil {
 				return err
 			}
-			states = append(states, st)
 		}
 		if promote {
-			_, err := s.promoteGated(ctx, tx, now, false)
+			_, err := s.promoteGated(ctx, tx, states[0].now, false)
 			if errors.Is(err, errPromotionBusy) {
 				promoteLater = true
 			} else if err != nil {
@@ -157,6 +139,52 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		}
 	}
 	return execs, nil
+}
+
+// setStartValues gives each new execution its item's values, as one change at its next revision,
+// and records them in the history: one statement for all of them.
+func (s *Store) setStartValues(ctx context.Context, tx bun.IDB, states []*execState, items []map[string]json.RawMessage) error {
+	var ids, nodes, raws []string
+	var revs []int64
+	byID := make(map[string]*execState, len(states))
+	for i, st := range states {
+		if len(items[i]) == 0 {
+			continue
+		}
+		st.revision++
+		byID[st.exec.ID] = st
+		for _, name := range slices.Sorted(maps.Keys(items[i])) {
+			ids, nodes, raws, revs = append(ids, st.exec.ID), append(nodes, name), append(raws, string(items[i][name])), append(revs, st.revision)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var rows []struct {
+		ExecutionID string `bun:"execution_id"`
+		valueRow
+	}
+	err := tx.NewRaw(s.q(`WITH input AS (
+			SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::bigint[])
+				WITH ORDINALITY AS t(execution_id, node, value, revision, ord)),
+		history AS (
+			INSERT INTO {s}.value_history (execution_id, node, value, revision, changed_at)
+			SELECT execution_id, node, value, revision, ? FROM input ORDER BY ord)
+		INSERT INTO {s}."values" (execution_id, node, value, revision, set_at)
+		SELECT execution_id, node, value, revision, ? FROM input ORDER BY ord
+		RETURNING execution_id, node, value, metadata, revision, set_at`),
+		pgdialect.Array(ids), pgdialect.Array(nodes), pgdialect.Array(raws), pgdialect.Array(revs),
+		states[0].now, states[0].now).Scan(ctx, &rows)
+	if err != nil {
+		return fmt.Errorf("setting the values of new executions: %w", err)
+	}
+	for _, r := range rows {
+		st := byID[r.ExecutionID]
+		st.values[r.Node] = r.toValue()
+		st.changed = true
+		st.recordSave(r.Node, r.toValue())
+	}
+	return nil
 }
 
 // LoadExecution reads an execution.
