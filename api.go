@@ -129,13 +129,14 @@ func (r *Runtime) Start(ctx context.Context, g *graph.Graph, opts ...StartOption
 // StartMany starts one execution of g for each item of inputs, in one transaction, and returns
 // them in the order given. Each item's values are set as WithValues sets them: as one change, at
 // revision 1; a nil item starts an execution with no values. It is Start for bulk: the
-// executions, values and history go in with a few statements for the whole call, which notifies
-// the replicas once.
+// executions, their values and their history go in with one statement each for the whole call,
+// which notifies the replicas once.
 //
 // Bad input in any item fails the whole call and starts nothing: an unknown node
 // (ErrUnknownNode), a node that is not an input (ErrNotInput), or a value that is not
 // JSON-encodable, larger than Config.MaxValueBytes or holding a NUL character (ErrInvalidValue).
-// The error names the item as inputs[i], and the node. No items start nothing.
+// The error names the item as inputs[i], and the node. Empty inputs start nothing, and return
+// an empty slice.
 func (r *Runtime) StartMany(ctx context.Context, g *graph.Graph, inputs []map[string]any) ([]*Execution, error) {
 	if err := r.check(); err != nil {
 		return nil, err

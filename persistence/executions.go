@@ -43,7 +43,8 @@ func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution
 // SetValues with the item's values, would make: advanced at revision 0 with no values, then given
 // the item's values as one change, at the next revision (1), and advanced again. A nil or empty
 // item starts an execution with no values. The caller has checked every item: its nodes are
-// inputs of g (CheckInput), and its values can be stored (CheckValue). No items write nothing.
+// inputs of g (CheckInput), and its values can be stored (CheckValue). With no items,
+// it writes nothing.
 //
 // It is built for bulk: the executions go in with one statement, and their values and history
 // with another. The call sends one NOTIFY for the work it makes available, whatever the number of
@@ -58,7 +59,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		return []*Execution{}, nil
 	}
 	ids := make([]string, len(items))
-	revisions := make([]int64, len(items)) // as they usually end: finish writes any other
+	revisions := make([]int64, len(items)) // where each usually ends; finish writes any other
 	for i, item := range items {
 		ids[i] = newID(g.IDPrefix())
 		if len(item) > 0 {
@@ -83,6 +84,8 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		for _, e := range rows {
 			created[e.ID] = e
 		}
+		// A new execution's state is known without loading it, and needs no lock: no one else
+		// sees it before the commit. As CreateExecution does, advance it with no values first.
 		states = make([]*execState, len(ids))
 		for i, id := range ids {
 			e := created[id]
@@ -95,8 +98,9 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		if err := s.setStartValues(ctx, tx, states, items); err != nil {
 			return err
 		}
-		// The batch takes over what finish does for one execution alone: it notifies the
-		// dispatchers and promotes gated work once, for all of them.
+		// Then, as SetValues does, advance those given values again. The batch takes over what
+		// finish does for one execution alone: it notifies the dispatchers and promotes gated
+		// work once, for all of them.
 		var work, promote bool
 		for i, st := range states {
 			if len(items[i]) > 0 {
