@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -84,19 +86,98 @@ func (r *Runtime) check() error {
 	return nil
 }
 
-// Start starts an execution of g, which must be registered in Config.Graphs.
-func (r *Runtime) Start(ctx context.Context, g *graph.Graph) (*Execution, error) {
+// StartOption modifies a Start.
+type StartOption func(*startOptions)
+
+type startOptions struct {
+	values map[string]any
+}
+
+// WithValues starts the execution with these input values set, as one change: the execution
+// begins at revision 1, as if SetMany had set them right after Start, and the nodes they satisfy
+// get their computations at once. A nil or empty map sets nothing.
+func WithValues(values map[string]any) StartOption {
+	return func(o *startOptions) { o.values = values }
+}
+
+// Start starts an execution of g, which must be registered in Config.Graphs, and advances it:
+// nodes whose gate holds from the start get their computations at once. WithValues sets inputs
+// in the same transaction; an unknown node, a node that is not an input, or a value that cannot
+// be stored (ErrUnknownNode, ErrNotInput, ErrInvalidValue) starts nothing.
+func (r *Runtime) Start(ctx context.Context, g *graph.Graph, opts ...StartOption) (*Execution, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
 	if g == nil {
 		return nil, fmt.Errorf("%w: Start was given a nil graph", ErrUnknownGraph)
 	}
-	e, err := r.store.CreateExecution(ctx, g)
+	var o startOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	set, err := r.inputs(g, o.values)
 	if err != nil {
 		return nil, err
 	}
-	return toExecution(e), nil
+	execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set})
+	if err != nil {
+		return nil, err
+	}
+	return toExecution(execs[0]), nil
+}
+
+// StartMany starts one execution of g for each item of inputs, in one transaction, and returns
+// them in the order given. Each item's values are set as WithValues sets them: as one change, at
+// revision 1; a nil item starts an execution with no values. It is Start for bulk: the
+// executions, their values and their history go in with one statement each for the whole call,
+// which notifies the replicas once.
+//
+// Bad input in any item fails the whole call and starts nothing: an unknown node
+// (ErrUnknownNode), a node that is not an input (ErrNotInput), or a value that is not
+// JSON-encodable, larger than Config.MaxValueBytes or holding a NUL character (ErrInvalidValue).
+// The error names the item as inputs[i], and the node. Empty inputs start nothing, and return
+// an empty slice.
+func (r *Runtime) StartMany(ctx context.Context, g *graph.Graph, inputs []map[string]any) ([]*Execution, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return nil, fmt.Errorf("%w: StartMany was given a nil graph", ErrUnknownGraph)
+	}
+	items := make([]map[string]json.RawMessage, len(inputs))
+	for i, values := range inputs {
+		set, err := r.inputs(g, values)
+		if err != nil {
+			return nil, fmt.Errorf("inputs[%d]: %w", i, err)
+		}
+		items[i] = set
+	}
+	execs, err := r.store.CreateExecutions(ctx, g, items)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Execution, len(execs))
+	for i, e := range execs {
+		out[i] = toExecution(e)
+	}
+	return out, nil
+}
+
+// inputs checks and encodes the values that start an execution of g, node by node in name order:
+// each must be an input of g, with a value that can be stored.
+func (r *Runtime) inputs(g *graph.Graph, values map[string]any) (map[string]json.RawMessage, error) {
+	set := make(map[string]json.RawMessage, len(values))
+	for _, node := range slices.Sorted(maps.Keys(values)) {
+		if err := persistence.CheckInput(g, node); err != nil {
+			return nil, err
+		}
+		raw, err := r.encode(fmt.Sprintf("node %q", node), values[node])
+		if err != nil {
+			return nil, err
+		}
+		set[node] = raw
+	}
+	return set, nil
 }
 
 // Load reads an execution. An archived one is ErrNotFound, unless IncludeArchived is given.

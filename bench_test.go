@@ -94,3 +94,54 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	rank := int(float64(len(sorted))*p+0.999999) - 1
 	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
+
+// BenchmarkStartMany starts 1000 executions of the x → y graph per op, with x set, in two ways:
+// one StartMany call, and 1000 Start+SetMany calls from one goroutine. The replica computes y
+// meanwhile, as it would in production; with more than one op, each op after the first also
+// competes with the draining of the ops before it.
+//
+//	go test -run '^$' -bench BenchmarkStartMany -benchtime 1x -count 3 .
+func BenchmarkStartMany(b *testing.B) {
+	const n = 1000
+	g := graph.MustNew("bench", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return in.Int("x") + 1, nil
+		}),
+	})
+	inputs := make([]map[string]any, n)
+	for i := range inputs {
+		inputs[i] = map[string]any{"x": i}
+	}
+	for _, tc := range []struct {
+		name  string
+		start func(ctx context.Context, rt *journey.Runtime) error
+	}{
+		{"StartMany", func(ctx context.Context, rt *journey.Runtime) error {
+			_, err := rt.StartMany(ctx, g, inputs)
+			return err
+		}},
+		{"Start+SetMany", func(ctx context.Context, rt *journey.Runtime) error {
+			for _, values := range inputs {
+				ex, err := rt.Start(ctx, g)
+				if err != nil {
+					return err
+				}
+				if _, err := rt.SetMany(ctx, ex.ID, values); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rt := newRuntime(b, testConfig(b, g))
+			ctx := testCtx(b)
+			b.ResetTimer()
+			for range b.N {
+				require.NoError(b, tc.start(ctx, rt))
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "executions/s")
+		})
+	}
+}

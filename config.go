@@ -121,10 +121,10 @@ type Config struct {
 	// sweeper, in batches. Values, historians and notification claims are kept. Default 7 days;
 	// negative keeps everything forever.
 	Retention time.Duration
-	// MaxValueBytes caps the size of a value's JSON encoding. Set and SetMany refuse a larger
-	// value, or metadata, with ErrInvalidValue; a computation whose result is larger fails at
-	// once, with no retry. The values the runtime builds itself, such as a historian's, are not
-	// capped. Default 1 MiB (DefaultMaxValueBytes).
+	// MaxValueBytes caps the size of a value's JSON encoding. Set, SetMany, Start and StartMany
+	// refuse a larger value, or metadata, with ErrInvalidValue; a computation whose result is
+	// larger fails at once, with no retry. The values the runtime builds itself, such as a
+	// historian's, are not capped. Default 1 MiB (DefaultMaxValueBytes).
 	MaxValueBytes int
 	// SkipMigrations skips the schema migrations at New, for deployments that run
 	// `journey migrate` themselves. Default false.

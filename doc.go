@@ -36,6 +36,12 @@
 //	rev, err = rt.Set(ctx, ex.ID, "email", "mario@example.com")
 //	greeting, err := journey.GetAs[string](ctx, rt, ex.ID, "greeting", journey.WaitAny())
 //
+// Start can set inputs itself, as one change (revision 1), and StartMany starts many executions
+// in one transaction, for bulk:
+//
+//	ex, err = rt.Start(ctx, onboarding, journey.WithValues(map[string]any{"name": "Mario", "email": "mario@example.com"}))
+//	execs, err := rt.StartMany(ctx, onboarding, []map[string]any{{"name": "Luigi"}, {"name": "Peach"}})
+//
 // Values, History, Computations and Summarize show what an execution holds, how it changed, what
 // ran, and what each pending node waits for; List and Count find executions by their values. Errors match the sentinels with errors.Is: ErrNotFound, ErrNotSet,
 // ErrComputationFailed and the others.

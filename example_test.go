@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -78,6 +79,67 @@ func ExampleRuntime() {
 	// name set at revision 1
 	// email set at revision 2
 	// Welcome, Mario at mario@example.com (revision 4)
+}
+
+func ExampleRuntime_StartMany() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	g := graph.MustNew("greetings", "v1", []graph.Node{
+		graph.Input("name"),
+		graph.Compute("greeting", graph.Needs("name"),
+			func(ctx context.Context, in graph.Values) (any, error) {
+				return "Hello, " + in.String("name"), nil
+			}),
+	})
+	url, schema, dropSchema := exampleDB()
+	defer dropSchema()
+	rt, err := journey.New(ctx, journey.Config{
+		DatabaseURL: url,
+		Schema:      schema,
+		Graphs:      []*graph.Graph{g},
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() {
+		if err := rt.Stop(context.Background()); err != nil {
+			fmt.Println(err)
+		}
+	}()
+
+	// One transaction starts the three executions, each with its name set at revision 1.
+	execs, err := rt.StartMany(ctx, g, []map[string]any{{"name": "Mario"}, {"name": "Luigi"}, {"name": "Peach"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Start does the same for one execution.
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"name": "Toad"}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, ex := range append(execs, ex) {
+		v, err := rt.Get(ctx, ex.ID, "greeting", journey.WaitAny())
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%s (revision %d)\n", v.String(), v.Revision)
+	}
+
+	// Bad input in any item starts nothing, and the error names the item.
+	_, err = rt.StartMany(ctx, g, []map[string]any{{"name": "Daisy"}, {"greeting": "Hi"}})
+	fmt.Println(errors.Is(err, journey.ErrNotInput), err)
+	// Output:
+	// Hello, Mario (revision 3)
+	// Hello, Luigi (revision 3)
+	// Hello, Peach (revision 3)
+	// Hello, Toad (revision 3)
+	// true inputs[1]: journey: node is not an input: "greeting" is a compute node; only input nodes can be set
 }
 
 // exampleDB returns the test database of this package (see TestMain), a fresh schema name, and

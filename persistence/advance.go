@@ -208,12 +208,15 @@ func (s *Store) upsertValue(ctx context.Context, tx bun.IDB, st *execState, node
 	}
 	st.values[node] = rows[0].toValue()
 	st.changed = true
-	if n, ok := st.g.Node(node); ok && (n.Settings().OnSave != nil || st.g.OnSave() != nil) {
-		st.saved = append(st.saved, graph.SaveEvent{
-			ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: node, Value: rows[0].toValue(),
-		})
-	}
+	st.recordSave(node, rows[0].toValue())
 	return true, nil
+}
+
+// recordSave queues the OnSave event of a value written, if its node or the graph has a callback.
+func (st *execState) recordSave(node string, v graph.Value) {
+	if n, ok := st.g.Node(node); ok && (n.Settings().OnSave != nil || st.g.OnSave() != nil) {
+		st.saved = append(st.saved, graph.SaveEvent{ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: node, Value: v})
+	}
 }
 
 // deleteValue clears a node's value, and records the clearing in the history.

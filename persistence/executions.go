@@ -5,9 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -24,35 +27,140 @@ func newID(prefix string) string {
 	return prefix + string(b)
 }
 
-// CreateExecution starts an execution of g and advances it, so that nodes whose gate holds from
-// the start are created at once.
+// CreateExecution starts an execution of g with no values, and advances it, so that nodes whose
+// gate holds from the start are created at once.
 func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution, error) {
-	if _, ok := s.Graph(g.Name(), g.Version()); !ok {
+	execs, err := s.CreateExecutions(ctx, g, []map[string]json.RawMessage{nil})
+	if err != nil {
+		return nil, err
+	}
+	return execs[0], nil
+}
+
+// CreateExecutions starts one execution of g for each item, in the order given, in one
+// transaction, and returns them in that order. Each execution is what CreateExecution, then
+// SetValues with the item's values, would make: advanced at revision 0 with no values, then given
+// the item's values as one change, at the next revision (1), and advanced again. A nil or empty
+// item starts an execution with no values. The caller has checked every item: its nodes are
+// inputs of g (CheckInput), and its values can be stored (CheckValue). With no items,
+// it writes nothing.
+//
+// It is built for bulk: the executions go in with one statement, and their values and history
+// with another. The call sends one NOTIFY for the work it makes available, whatever the number of
+// executions, and none for the executions' values: no one can be waiting on an execution before
+// it exists.
+func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage) ([]*Execution, error) {
+	rg, ok := s.Graph(g.Name(), g.Version())
+	if !ok {
 		return nil, fmt.Errorf("%w: %q version %q; add it to Config.Graphs", ErrUnknownGraph, g.Name(), g.Version())
 	}
-	id := newID(g.IDPrefix())
-	var exec Execution
-	insert := func(ctx context.Context, tx bun.Tx) error {
-		_, err := tx.NewRaw(s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, created_at, updated_at)
-			VALUES (?, ?, ?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()))`),
-			id, g.Name(), g.Version(), s.clock.NowOrNil(), s.clock.NowOrNil()).Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("creating execution: %w", err)
-		}
-		return nil
+	if len(items) == 0 {
+		return []*Execution{}, nil
 	}
-	err := s.write(ctx, id, insert, func(ctx context.Context, tx bun.Tx, st *execState) error {
-		if err := s.advance(ctx, tx, st); err != nil {
+	ids := make([]string, len(items))
+	revisions := make([]int64, len(items)) // where each usually ends; finish writes any other
+	for i, item := range items {
+		ids[i] = newID(g.IDPrefix())
+		if len(item) > 0 {
+			revisions[i] = 1
+		}
+	}
+	var states []*execState
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		var rows []*Execution
+		err := tx.NewRaw(s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, created_at, updated_at)
+			SELECT e.id, ?, ?, e.revision, t.now, t.now
+			FROM unnest(?::text[], ?::bigint[]) AS e(id, revision),
+				(SELECT coalesce(?::timestamptz, now()) AS now) t
+			RETURNING *`),
+			g.Name(), g.Version(), pgdialect.Array(ids), pgdialect.Array(revisions), s.clock.NowOrNil()).Scan(ctx, &rows)
+		if err != nil {
+			return fmt.Errorf("creating executions: %w", err)
+		}
+		created := make(map[string]*Execution, len(rows))
+		for _, e := range rows {
+			created[e.ID] = e
+		}
+		// A new execution's state is known without loading it, and needs no lock: no one else
+		// sees it before the commit. As CreateExecution does, advance it with no values first.
+		states = make([]*execState, len(ids))
+		for i, id := range ids {
+			e := created[id]
+			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{}}
+			if err := s.advance(ctx, tx, st); err != nil {
+				return err
+			}
+			states[i] = st
+		}
+		if err := s.setStartValues(ctx, tx, states, items); err != nil {
 			return err
 		}
-		exec = st.exec
-		exec.Revision = st.revision
-		return nil
+		// Then, as SetValues does, advance those given values again. finish notifies the
+		// dispatchers and promotes gated work once for all of them; no one can be waiting on an
+		// execution before it exists.
+		for i, st := range states {
+			if len(items[i]) > 0 {
+				if err := s.advance(ctx, tx, st); err != nil {
+					return err
+				}
+			}
+			st.changed = false
+		}
+		return s.finish(ctx, tx, states)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &exec, nil
+	s.committed(ctx, states)
+	execs := make([]*Execution, len(states))
+	for i, st := range states {
+		execs[i] = &st.exec
+		execs[i].Revision = st.revision
+	}
+	return execs, nil
+}
+
+// setStartValues gives each new execution its item's values, as one change at its next revision,
+// and records them in the history: one statement for all of them.
+func (s *Store) setStartValues(ctx context.Context, tx bun.IDB, states []*execState, items []map[string]json.RawMessage) error {
+	var ids, nodes, raws []string
+	var revs []int64
+	byID := make(map[string]*execState, len(states))
+	for i, st := range states {
+		if len(items[i]) == 0 {
+			continue
+		}
+		st.revision++
+		byID[st.exec.ID] = st
+		for _, name := range slices.Sorted(maps.Keys(items[i])) {
+			ids, nodes, raws, revs = append(ids, st.exec.ID), append(nodes, name), append(raws, string(items[i][name])), append(revs, st.revision)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var rows []valueRow
+	err := tx.NewRaw(s.q(`WITH input AS (
+			SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::bigint[])
+				WITH ORDINALITY AS t(execution_id, node, value, revision, ord)),
+		history AS (
+			INSERT INTO {s}.value_history (execution_id, node, value, revision, changed_at)
+			SELECT execution_id, node, value, revision, ? FROM input ORDER BY ord)
+		INSERT INTO {s}."values" (execution_id, node, value, revision, set_at)
+		SELECT execution_id, node, value, revision, ? FROM input ORDER BY ord
+		RETURNING execution_id, node, value, metadata, revision, set_at`),
+		pgdialect.Array(ids), pgdialect.Array(nodes), pgdialect.Array(raws), pgdialect.Array(revs),
+		states[0].now, states[0].now).Scan(ctx, &rows)
+	if err != nil {
+		return fmt.Errorf("setting the values of new executions: %w", err)
+	}
+	for _, r := range rows {
+		st := byID[r.ExecutionID]
+		st.values[r.Node] = r.toValue()
+		st.changed = true
+		st.recordSave(r.Node, r.toValue())
+	}
+	return nil
 }
 
 // LoadExecution reads an execution.
@@ -80,7 +188,7 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 	var rev int64
 	err := s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
 		for _, name := range append(append([]string(nil), nodes...), unset...) {
-			if err := checkInput(st.g, name); err != nil {
+			if err := CheckInput(st.g, name); err != nil {
 				return err
 			}
 		}
@@ -117,7 +225,9 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 	return rev, nil
 }
 
-func checkInput(g *graph.Graph, name string) error {
+// CheckInput reports why node name of g cannot be set: it is not in the graph (ErrUnknownNode),
+// or it is not an input (ErrNotInput).
+func CheckInput(g *graph.Graph, name string) error {
 	n, ok := g.Node(name)
 	if !ok {
 		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), name)

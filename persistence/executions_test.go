@@ -1,0 +1,134 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+)
+
+// startState is what a start left in the database, without ids and times.
+type startState struct {
+	Revision     int64
+	Values       []string
+	History      []string
+	Computations []string
+}
+
+func (b *bundle) startState(t *testing.T, id string) startState {
+	t.Helper()
+	ctx := context.Background()
+	var st startState
+	require.NoError(t, b.db.NewRaw(b.store.q("SELECT revision FROM {s}.executions WHERE id = ?"), id).Scan(ctx, &st.Revision))
+	var lines []string
+	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node || '=' || value::text || '@' || revision || ' ' || coalesce(metadata::text, '-')
+		FROM {s}."values" WHERE execution_id = ? ORDER BY node`), id).Scan(ctx, &lines))
+	st.Values = lines
+	lines = nil
+	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node || '=' || coalesce(value::text, '-') || '@' || revision
+		FROM {s}.value_history WHERE execution_id = ? ORDER BY id`), id).Scan(ctx, &lines))
+	st.History = lines
+	lines = nil
+	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT concat_ws(' ', node, state, attempt, computed_with::text, concurrency_key, max_parallel, error)
+		FROM {s}.computations WHERE execution_id = ? ORDER BY id`), id).Scan(ctx, &lines))
+	st.Computations = lines
+	return st
+}
+
+// A bulk start leaves each execution as CreateExecution, then SetValues with its item, leaves it:
+// the same revisions, values, history and computations, for every kind of node that advancing a
+// new execution can touch.
+func TestCreateExecutionsIsCreateThenSetValues(t *testing.T) {
+	t.Parallel()
+	echo := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
+	g := graph.MustNew("starts", "v1", []graph.Node{
+		graph.Input("a"),
+		graph.Input("b"),
+		graph.Input("flag"),
+		graph.Compute("sum", graph.Needs("a", "b"), echo),
+		graph.Compute("at_start", graph.Needs(), echo),
+		graph.Compute("no_flag", graph.Not(graph.Provided("flag")), echo),
+		graph.Compute("keyed", graph.Needs("a"), echo, graph.ConcurrencyKey(func(in graph.Values) string { return "k" })),
+		graph.Compute("limited", graph.Needs("b"), echo, graph.MaxParallel(1)),
+		graph.Historian("hist", graph.Needs("a")),
+	})
+	// Each path on a schema of its own, for gating counts every execution of the schema.
+	ref, bulk := setup(t, g), setup(t, g)
+	at := time.Now().Truncate(time.Millisecond)
+	ref.clock.Set(at)
+	bulk.clock.Set(at)
+	ctx := context.Background()
+	items := []map[string]json.RawMessage{
+		{"a": json.RawMessage(`1`), "b": json.RawMessage(`{"z": [1, "two"], "y": null}`)},
+		{"flag": json.RawMessage(`true`)},
+		nil,
+		{},
+		{"a": json.RawMessage(`"x"`), "b": json.RawMessage(`2`), "flag": json.RawMessage(`false`)},
+	}
+	var want []startState
+	for _, item := range items {
+		e, err := ref.store.CreateExecution(ctx, g)
+		require.NoError(t, err)
+		if item != nil {
+			_, err = ref.store.SetValues(ctx, e.ID, item, nil, nil)
+			require.NoError(t, err)
+		}
+		want = append(want, ref.startState(t, e.ID))
+	}
+	execs, err := bulk.store.CreateExecutions(ctx, g, items)
+	require.NoError(t, err)
+	require.Len(t, execs, len(items))
+	for i, e := range execs {
+		got := bulk.startState(t, e.ID)
+		require.Equal(t, want[i], got, "item %d", i)
+		require.Equal(t, got.Revision, e.Revision, "item %d: the returned revision", i)
+		t.Logf("item %d: %+v", i, got)
+	}
+}
+
+// A bulk start sends one NOTIFY for the work it makes available, and none per execution: no one
+// can be waiting on an execution that did not exist before the commit.
+func TestCreateExecutionsNotifiesOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{b.store.Channel()}.Sanitize())
+	require.NoError(t, err)
+
+	const n = 50
+	items := make([]map[string]json.RawMessage, n)
+	for i := range items {
+		items[i] = map[string]json.RawMessage{"x": json.RawMessage(`1`)}
+	}
+	execs, err := b.store.CreateExecutions(ctx, b.g, items)
+	require.NoError(t, err)
+	require.Len(t, execs, n)
+	counts, err := b.store.StateCounts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{StateAvailable: n}, counts, "one computation of y per execution")
+
+	// Notifications arrive in commit order: the marker comes after everything the call sent.
+	const marker = "test-marker"
+	_, err = conn.Exec(ctx, "SELECT pg_notify($1, $2)", b.store.Channel(), marker)
+	require.NoError(t, err)
+	var got []string
+	for {
+		note, err := conn.WaitForNotification(ctx)
+		require.NoError(t, err)
+		if note.Payload == marker {
+			break
+		}
+		got = append(got, note.Payload)
+	}
+	require.Equal(t, []string{PayloadWork}, got)
+}
