@@ -234,17 +234,15 @@ type benchmark struct {
 
 // benchResult is what a run measured.
 type benchResult struct {
-	elapsed                   time.Duration // the measured time that computations/s divides
-	computations              int64         // finished in elapsed
-	backlogStart, backlogEnd  int64         // computations left to do, of the executions started
-	p50, p99                  time.Duration // rate mode only
-	executions                int64
-	totalComputations         int64 // finished in the whole run, tail included
-	failed, unfinished        int64
-	statements, transactions  int64 // -1 when not known
-	preload                   time.Duration
-	topStatements             []statementCalls
-	statementsNote, xactsNote string
+	elapsed                  time.Duration // the measured time that computations/s divides
+	computations             int64         // finished in elapsed
+	backlogStart, backlogEnd int64         // computations left to do, of the executions started
+	p50, p99                 time.Duration // rate mode only
+	executions               int64
+	totalComputations        int64 // finished in the whole run, tail included
+	failed, unfinished       int64
+	statements, transactions int64 // -1 when not known
+	topStatements            []statementCalls
 }
 
 func (r benchResult) line(cfg benchConfig) string {
@@ -297,7 +295,7 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	fmt.Fprintf(b.env.stdout, "bench: mode=%s graph=%s replicas=%d workers=%d schema=%s database=%s\n",
 		b.cfg.mode, b.cfg.shape, b.cfg.replicas, b.cfg.workers, b.cfg.schema, db.describe())
 
-	if res.preload, err = b.setUp(ctx); err != nil {
+	if err := b.setUp(ctx); err != nil {
 		return res, err
 	}
 	if err := b.waitReplicasGone(ctx); err != nil {
@@ -378,7 +376,7 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 // setUp runs a setup replica, which migrates the schema, inserts the finished rows and, for
 // drain, makes the N executions ready. Its computations wait while it preloads, and it is
 // stopped before the measured replicas start, so that it leaves all the work to them.
-func (b *benchmark) setUp(ctx context.Context) (preload time.Duration, err error) {
+func (b *benchmark) setUp(ctx context.Context) (err error) {
 	var hold atomic.Bool
 	g := b.graph(func(ctx context.Context) error {
 		if hold.Load() {
@@ -387,9 +385,13 @@ func (b *benchmark) setUp(ctx context.Context) (preload time.Duration, err error
 		}
 		return nil
 	})
-	rt, err := journey.New(ctx, b.runtimeConfig(g, "setup", 1))
+	cfg := b.runtimeConfig(g, "setup", 1)
+	// No sweep: the computation it holds during a long preload would pass its deadline, and
+	// be abandoned instead of released.
+	cfg.SweepInterval = 24 * time.Hour
+	rt, err := journey.New(ctx, cfg)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer func() {
 		// A cancelled context: Stop releases the held computation at once, with its attempt.
@@ -404,24 +406,24 @@ func (b *benchmark) setUp(ctx context.Context) (preload time.Duration, err error
 		began := time.Now()
 		ex, err := rt.Start(ctx, g)
 		if err != nil {
-			return 0, fmt.Errorf("starting the template of the finished executions: %w", err)
+			return fmt.Errorf("starting the template of the finished executions: %w", err)
 		}
 		if _, err := rt.Set(ctx, ex.ID, "x", 0); err != nil {
-			return 0, fmt.Errorf("setting the template's input: %w", err)
+			return fmt.Errorf("setting the template's input: %w", err)
 		}
 		for _, leaf := range b.leaves() {
 			if _, err := rt.Get(ctx, ex.ID, leaf, journey.WaitAny()); err != nil {
-				return 0, fmt.Errorf("waiting for the template's %s: %w", leaf, err)
+				return fmt.Errorf("waiting for the template's %s: %w", leaf, err)
 			}
 		}
 		if err := b.db.cloneFinished(ctx, b.cfg.schema, ex.ID, b.cfg.finishedRows-1); err != nil {
-			return 0, err
+			return err
 		}
 		fmt.Fprintf(b.env.stdout, "bench: inserted %d finished executions in %s\n",
 			b.cfg.finishedRows, time.Since(began).Round(time.Millisecond))
 	}
 	if b.cfg.mode != "drain" {
-		return 0, nil
+		return nil
 	}
 
 	hold.Store(true)
@@ -439,12 +441,12 @@ func (b *benchmark) setUp(ctx context.Context) (preload time.Duration, err error
 		})
 	}
 	if err := eg.Wait(); err != nil {
-		return 0, err
+		return err
 	}
-	preload = time.Since(began)
+	took := time.Since(began)
 	fmt.Fprintf(b.env.stdout, "bench: made %d executions ready in %s (%.0f/s, %d producers, Start then SetMany)\n",
-		b.cfg.n, preload.Round(time.Millisecond), float64(b.cfg.n)/preload.Seconds(), b.cfg.producers)
-	return preload, nil
+		b.cfg.n, took.Round(time.Millisecond), float64(b.cfg.n)/took.Seconds(), b.cfg.producers)
+	return nil
 }
 
 // waitReplicasGone waits until the replicas' connections have ended, and warns if some do not.

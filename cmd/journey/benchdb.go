@@ -16,6 +16,7 @@ import (
 // protocol, in which each statement is one transaction, and counts them, so that they can be
 // left out of the replicas' transactions.
 type monitor struct {
+	cfg   *pgx.ConnConfig
 	conn  *pgx.Conn
 	txs   int64  // statements run, each its own transaction
 	dbid  uint32 // the database's oid, by which pg_stat_statements is filtered
@@ -48,7 +49,7 @@ func connectMonitor(ctx context.Context, url string) (*monitor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
-	m := &monitor{conn: conn}
+	m := &monitor{cfg: cfg, conn: conn}
 	if err := m.queryRow(ctx, "SELECT oid FROM pg_database WHERE datname = current_database()", nil, &m.dbid); err != nil {
 		m.close()
 		return nil, fmt.Errorf("reading the database's oid: %w", err)
@@ -91,10 +92,18 @@ func (m *monitor) createSchema(ctx context.Context, name *string) error {
 	return nil
 }
 
-// dropSchema drops the schema bench worked in, even when ctx has ended.
+// dropSchema drops the schema bench worked in, even when ctx has ended, on a new connection if
+// the end of ctx closed the monitor's.
 func (m *monitor) dropSchema(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	if m.conn.IsClosed() {
+		conn, err := pgx.ConnectConfig(ctx, m.cfg)
+		if err != nil {
+			return fmt.Errorf("dropping schema %q: %w", name, err)
+		}
+		m.conn = conn
+	}
 	if err := m.exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
 		return fmt.Errorf("dropping schema %q: %w", name, err)
 	}
