@@ -231,35 +231,51 @@ func (m *monitor) cloneFinished(ctx context.Context, schema, template string, co
 		return nil
 	}
 	s := pgx.Identifier{schema}.Sanitize()
-	clone := func(table, key string, serial bool) string {
-		fresh := "jsonb_build_object('" + key + "', $2 || g)"
-		if serial {
-			fresh = "jsonb_build_object('" + key + "', $2 || g, 'id', nextval(pg_get_serial_sequence($4, 'id')))"
-		}
-		return fmt.Sprintf(`INSERT INTO %[1]s.%[2]s
-			SELECT (jsonb_populate_record(NULL::%[1]s.%[2]s, to_jsonb(t) || %[3]s)).*
-			FROM %[1]s.%[2]s t, generate_series(1, $3) g WHERE t.%[4]s = $1`, s, table, fresh, key)
-	}
-	prefix := template + "-finished-"
-	for _, c := range []struct {
-		table, key string
-		serial     bool
-	}{
-		{"executions", "id", false}, {`"values"`, "execution_id", false},
-		{"value_history", "execution_id", true}, {"computations", "execution_id", true},
+	for _, t := range []struct{ table, key string }{
+		{"executions", "id"}, {"values", "execution_id"}, {"value_history", "execution_id"}, {"computations", "execution_id"},
 	} {
-		args := []any{template, prefix, count}
-		if c.serial {
-			args = append(args, s+"."+c.table)
+		cols, err := m.copiedColumns(ctx, schema, t.table)
+		if err != nil {
+			return err
 		}
-		if err := m.exec(ctx, clone(c.table, c.key, c.serial), args...); err != nil {
-			return fmt.Errorf("inserting finished executions into %s: %w", c.table, err)
+		var names, values []string
+		for _, c := range cols {
+			names = append(names, pgx.Identifier{c}.Sanitize())
+			if c == t.key {
+				values = append(values, "$2 || g")
+			} else {
+				values = append(values, "t."+pgx.Identifier{c}.Sanitize())
+			}
+		}
+		table := s + "." + pgx.Identifier{t.table}.Sanitize()
+		sql := fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s t, generate_series(1, $3) g WHERE t.%s = $1",
+			table, strings.Join(names, ", "), strings.Join(values, ", "), table, pgx.Identifier{t.key}.Sanitize())
+		if err := m.exec(ctx, sql, template, template+"-finished-", count); err != nil {
+			return fmt.Errorf("inserting finished executions into %s: %w", t.table, err)
 		}
 	}
 	if err := m.exec(ctx, fmt.Sprintf(`ANALYZE %[1]s.executions, %[1]s."values", %[1]s.value_history, %[1]s.computations`, s)); err != nil {
 		return fmt.Errorf("analyzing the tables: %w", err)
 	}
 	return nil
+}
+
+// copiedColumns lists the columns of a table that a copy of a row takes from the row: all but
+// those a sequence fills.
+func (m *monitor) copiedColumns(ctx context.Context, schema, table string) ([]string, error) {
+	m.txs++
+	rows, err := m.conn.Query(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = $2 AND is_generated = 'NEVER'
+			AND coalesce(column_default, '') NOT LIKE 'nextval(%'
+		ORDER BY ordinal_position`, schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	return cols, nil
 }
 
 // finishedExecutions counts the executions among ids whose leaves are all set.
