@@ -4,7 +4,8 @@
 #                 TEST_DATABASE_URL, if set): first every package but the process tests, in
 #                 parallel (make test-packages), then the process tests alone (make test-process)
 #   make lint     gofmt, go vet and golangci-lint
-#   make bench    the benchmarks
+#   make bench    the Go benchmarks, then journey bench in each mode (drain, continuous, open
+#                 loop), under a minute each; see the README's Performance section
 #   make chaos    the process tests (SIGKILL, SIGSTOP, restarts) five times over, with their figures
 #   make soak     3 replica processes under load for 10 minutes, with kills, a freeze and a
 #                 PostgreSQL restart, then an audit of the database (`make test` runs 60 seconds
@@ -51,8 +52,15 @@ lint:
 		echo "golangci-lint is not installed; skipping it (see https://golangci-lint.run/welcome/install/)"; \
 	fi
 
+# journey bench uses DATABASE_URL, or else starts a throwaway PostgreSQL of its own with
+# pg_stat_statements loaded, so that it can count the statements per computation.
+JOURNEY_BENCH = $(GO) run ./cmd/journey bench
+
 bench:
 	$(WITH_DB) $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+	$(JOURNEY_BENCH) -n 5000
+	$(JOURNEY_BENCH) -duration 15s
+	$(JOURNEY_BENCH) -rate 50 -duration 15s
 
 chaos:
 	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m -skip '^TestSoak$$' $(PROCESS_TESTS)

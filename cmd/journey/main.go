@@ -1,11 +1,12 @@
 // Command journey is the command-line tool of journey-go: it runs a throwaway PostgreSQL for
-// development and tests, and migrates a database.
+// development and tests, migrates a database, and measures the runtime.
 //
 // Usage:
 //
 //	journey dev                       start PostgreSQL, print its URL, stop it on Ctrl-C
 //	journey dev -- go test ./...      run a command against a throwaway PostgreSQL
 //	journey migrate [-schema journey] apply pending migrations to $DATABASE_URL
+//	journey bench -n 5000             measure throughput and latency (see journey bench -h)
 //
 // Run it from the module with go run ./cmd/journey.
 package main
@@ -36,6 +37,7 @@ type environment struct {
 var commands = []command{
 	{name: "dev", summary: "run a throwaway PostgreSQL, alone or for one command", run: runDev},
 	{name: "migrate", summary: "apply pending migrations to $DATABASE_URL", run: runMigrate},
+	{name: "bench", summary: "measure throughput and latency, like river bench", run: runBench},
 }
 
 func main() {
@@ -95,6 +97,7 @@ Examples:
   journey dev                          # start PostgreSQL and print its DATABASE_URL
   journey dev -- go test ./...         # run the tests against a throwaway PostgreSQL
   journey migrate -schema journey      # migrate the database at $DATABASE_URL
+  journey bench -n 5000                # time one replica draining 5000 ready executions
 `)
 }
 

@@ -68,6 +68,7 @@ type Cluster struct {
 	logPath string
 	port    int
 	cred    *syscall.Credential // the postgres OS user when running as root, else nil
+	options options
 
 	mu      sync.Mutex
 	server  *server // nil when no server runs
@@ -90,9 +91,11 @@ type server struct {
 // /usr/lib/postgresql/<version>/bin. If there are none, Start returns an error wrapping
 // ErrNoBinaries that says what to install.
 //
+// Options such as Setting change the cluster's configuration.
+//
 // Start returns once the server accepts connections. The caller must call Stop. A nil logger
 // discards the log.
-func Start(ctx context.Context, logger *slog.Logger) (*Cluster, error) {
+func Start(ctx context.Context, logger *slog.Logger, opts ...Option) (*Cluster, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -113,8 +116,13 @@ func Start(ctx context.Context, logger *slog.Logger) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the cluster directory: %w", err)
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	c := &Cluster{
 		logger:  logger,
+		options: o,
 		bin:     bin,
 		dir:     dir,
 		dataDir: filepath.Join(dir, "data"),
@@ -188,6 +196,20 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return nil
 }
 
+// Option changes the configuration of a cluster started by Start.
+type Option func(*options)
+
+type options struct {
+	settings [][2]string // name, value: lines appended to postgresql.conf, in order
+}
+
+// Setting sets a server parameter in the cluster's postgresql.conf, after (and so over) the
+// defaults of Start. For example, Setting("shared_preload_libraries", "pg_stat_statements")
+// loads the statement statistics; the server does not start if the library is not installed.
+func Setting(name, value string) Option {
+	return func(o *options) { o.settings = append(o.settings, [2]string{name, value}) }
+}
+
 // URLOrStart returns $DATABASE_URL and a stop function that does nothing if the variable is
 // set. Otherwise it starts a cluster and returns its URL and a stop function that stops it
 // (logging any error).
@@ -241,7 +263,10 @@ max_connections = 500
 fsync = off
 synchronous_commit = off
 full_page_writes = off
-`, strings.ReplaceAll(c.dir, "'", "''"))
+`, quote(c.dir))
+	for _, s := range c.options.settings {
+		conf += fmt.Sprintf("%s = '%s'\n", s[0], quote(s[1]))
+	}
 	f, err := os.OpenFile(filepath.Join(c.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("configuring the cluster: %w", err)
@@ -255,6 +280,9 @@ full_page_writes = off
 	}
 	return nil
 }
+
+// quote escapes a value for a single-quoted string in postgresql.conf.
+func quote(s string) string { return strings.ReplaceAll(s, "'", "''") }
 
 // start runs the server at c.port and waits until it accepts connections. The caller holds c.mu
 // or has not published c yet.

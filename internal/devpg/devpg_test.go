@@ -23,7 +23,7 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	c, err := Start(ctx, nil)
+	c, err := Start(ctx, nil, Setting("work_mem", "7MB"), Setting("search_path", `"it's", public`))
 	if errors.Is(err, ErrNoBinaries) {
 		t.Skip(err)
 	}
@@ -45,6 +45,8 @@ func TestCluster(t *testing.T) {
 	require.Equal(t, "500", query("SHOW max_connections"))
 	require.Equal(t, "127.0.0.1", query("SHOW listen_addresses"))
 	require.Equal(t, "postgres", query("SELECT current_user::text"))
+	require.Equal(t, "7MB", query("SHOW work_mem"), "a Setting overrides the default")
+	require.Equal(t, `"it's", public`, query("SHOW search_path"), "a Setting's value is quoted")
 
 	// A connection open across a restart is broken by it; a new one works on the same URL.
 	conn, err := pgx.Connect(ctx, c.URL())

@@ -1,0 +1,826 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/devpg"
+)
+
+const benchDescription = `bench measures the throughput and latency of journey-go on PostgreSQL, in the manner of
+river bench. It works in a schema of its own, which it creates and drops, with replicas in
+this process. It has three modes:
+
+  -n N                  drain: N executions are made ready (their input set) while no
+                        replica works, then the replicas start, and bench times how long
+                        they take to finish every computation
+  -duration D           continuous: producers start executions (Start, then SetMany) as fast
+                        as they can while the replicas work, for D; bench reports the
+                        computations completed per second and the backlog at the start and
+                        the end of D
+  -rate R -duration D   open loop: R executions a second for D, each Start, then Set of the
+                        input and Get(WaitAny) of the graph's last nodes; bench reports the
+                        latency from Set to Get's return
+
+After D, bench waits for the work left and checks from the database that every execution it
+started has finished. It prints a line every 2s, and then a final line:
+
+  bench: mode=drain graph=one computations/s=… p50_ms=… p99_ms=… statements_per_computation=… …
+
+statements_per_computation and transactions_per_computation count everything the replicas
+and producers sent, from pg_stat_statements (when shared_preload_libraries loads it; else
+n/a) and pg_stat_database, over the run, per computation finished. Run bench on a database
+of its own: other sessions' work in it would be counted.
+
+bench uses $DATABASE_URL. Without it, it starts a throwaway PostgreSQL with pg_stat_statements
+loaded, and deletes it afterwards. It exits 1 if a computation failed or an execution did not
+finish.`
+
+// Defaults and limits of journey bench.
+const (
+	benchProgressEvery = 2 * time.Second
+	// benchStallTimeout ends a wait for computations when none has finished for this long.
+	benchStallTimeout = 2 * time.Minute
+	// benchStopTimeout bounds the graceful stop of each replica at the end.
+	benchStopTimeout = 30 * time.Second
+	// benchAppName is the application_name of the replicas' connections, by which bench tells
+	// them from other sessions in pg_stat_activity.
+	benchAppName = "journey-bench"
+)
+
+// benchShapes are the graphs bench can run: an input x and compute nodes, each of which adds 1
+// to the value of the one node it needs.
+var benchShapes = map[string][]benchNode{
+	"one":      {{"y", "x"}},
+	"chain5":   {{"c1", "x"}, {"c2", "c1"}, {"c3", "c2"}, {"c4", "c3"}, {"c5", "c4"}},
+	"fanout10": fanout(10),
+}
+
+// benchNode is a compute node of a bench graph and the node it needs.
+type benchNode struct{ name, needs string }
+
+func fanout(n int) []benchNode {
+	nodes := make([]benchNode, n)
+	for i := range nodes {
+		nodes[i] = benchNode{"f" + strconv.Itoa(i+1), "x"}
+	}
+	return nodes
+}
+
+// benchConfig is what the flags of journey bench ask for.
+type benchConfig struct {
+	mode          string // "drain", "continuous" or "rate"
+	n             int
+	duration      time.Duration
+	rate          float64
+	shape         string
+	replicas      int
+	workers       int
+	producers     int
+	finishedRows  int
+	schema        string // empty: a fresh journey_bench_<random>
+	topStatements int
+}
+
+// runBench implements "journey bench".
+func runBench(ctx context.Context, env *environment, args []string) int {
+	cfg, code, ok := parseBenchFlags(env, args)
+	if !ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	dbURL := os.Getenv("DATABASE_URL")
+	if dbURL == "" {
+		cluster, err := startBenchCluster(ctx, env.logger)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "journey bench: %v\n", err)
+			return 1
+		}
+		defer func() {
+			if err := cluster.Stop(); err != nil {
+				env.logger.Error("stopping PostgreSQL", "error", err)
+			}
+		}()
+		dbURL = cluster.URL()
+	}
+
+	b := &benchmark{cfg: cfg, env: env, url: dbURL, nodes: benchShapes[cfg.shape],
+		logger: slog.New(minLevel{env.logger.Handler(), slog.LevelWarn}), progressed: make(chan struct{}, 1)}
+	res, err := b.run(ctx)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "journey bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(env.stdout, res.line(cfg))
+	if res.failed > 0 || res.unfinished > 0 {
+		fmt.Fprintf(env.stderr, "journey bench: %d computation(s) failed and %d execution(s) did not finish\n",
+			res.failed, res.unfinished)
+		return 1
+	}
+	return 0
+}
+
+// parseBenchFlags parses the flags of journey bench. When it returns false, the command should
+// exit with the code.
+func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
+	fs := newFlagSet(env, "bench", "-n N | -duration D | -rate R -duration D [flags]", benchDescription)
+	var cfg benchConfig
+	fs.IntVar(&cfg.n, "n", 0, "drain: make `N` executions ready, then time the replicas finishing them")
+	fs.DurationVar(&cfg.duration, "duration", 0, "continuous, or open loop with -rate: run for this `long`")
+	fs.Float64Var(&cfg.rate, "rate", 0, "open loop: start this many `executions` a second (with -duration)")
+	fs.StringVar(&cfg.shape, "graph", "one", "the graph: one (x → y), chain5 (x → c1 → … → c5) or fanout10 (x → f1…f10)")
+	fs.IntVar(&cfg.replicas, "replicas", 1, "the `number` of replicas (runtimes) in this process")
+	fs.IntVar(&cfg.workers, "workers", journey.DefaultMaxWorkers, "MaxWorkers of each replica")
+	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n and -duration")
+	fs.IntVar(&cfg.finishedRows, "finished-rows", 0, "first insert this many finished executions, with their values and computations")
+	fs.StringVar(&cfg.schema, "schema", "", "the `schema` to create, work in and drop; it must not exist (default journey_bench_<random>)")
+	fs.IntVar(&cfg.topStatements, "top-statements", 0, "print the `N` statements with the most calls per computation, from pg_stat_statements")
+	if code, ok := parseFlags(fs, args); !ok {
+		return cfg, code, false
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	bad := func(format string, a ...any) (benchConfig, int, bool) {
+		fmt.Fprintf(env.stderr, "journey bench: "+format+"\n", a...)
+		return cfg, 2, false
+	}
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected arguments %q", fs.Args())
+	case set["n"] && (set["duration"] || set["rate"]):
+		return bad("-n (drain) cannot be combined with -duration or -rate")
+	case set["n"]:
+		cfg.mode = "drain"
+	case set["rate"] && !set["duration"]:
+		return bad("-rate needs -duration: for how long to start executions at that rate")
+	case set["rate"]:
+		cfg.mode = "rate"
+	case set["duration"]:
+		cfg.mode = "continuous"
+	default:
+		return bad("give -n N (drain), -duration D (continuous), or -rate R with -duration D (open loop)")
+	}
+	if _, ok := benchShapes[cfg.shape]; !ok {
+		return bad("-graph %q is not one of one, chain5, fanout10", cfg.shape)
+	}
+	for _, f := range []struct {
+		name  string
+		value float64
+		min   float64
+	}{
+		{"n", float64(cfg.n), 1}, {"duration", cfg.duration.Seconds(), 0.001}, {"rate", cfg.rate, 0.001},
+		{"replicas", float64(cfg.replicas), 1}, {"workers", float64(cfg.workers), 1},
+		{"producers", float64(cfg.producers), 1}, {"finished-rows", float64(cfg.finishedRows), 0},
+		{"top-statements", float64(cfg.topStatements), 0},
+	} {
+		if (set[f.name] || f.name == "replicas" || f.name == "workers" || f.name == "producers") && f.value < f.min {
+			return bad("-%s is %s: it must be at least %g", f.name, fs.Lookup(f.name).Value, f.min)
+		}
+	}
+	return cfg, 0, true
+}
+
+// startBenchCluster starts a throwaway cluster with pg_stat_statements loaded, or without it
+// if the server cannot load it.
+func startBenchCluster(ctx context.Context, logger *slog.Logger) (*devpg.Cluster, error) {
+	c, err := devpg.Start(ctx, logger, devpg.Setting("shared_preload_libraries", "pg_stat_statements"))
+	if err == nil || errors.Is(err, devpg.ErrNoBinaries) || ctx.Err() != nil {
+		return c, err
+	}
+	logger.Warn("PostgreSQL did not start with pg_stat_statements; starting it without, so statement counts are n/a",
+		"error", err)
+	return devpg.Start(ctx, logger)
+}
+
+// benchmark is one run of journey bench.
+type benchmark struct {
+	cfg    benchConfig
+	env    *environment
+	url    string
+	nodes  []benchNode
+	logger *slog.Logger // the replicas' logger: warnings and errors only
+	db     *monitor
+
+	// What the measuring replicas saved, counted by OnSave.
+	done, failed atomic.Int64
+	progressed   chan struct{} // a signal after each save, or end of an open-loop execution
+	measured     *graph.Graph  // the graph of the measured replicas
+	started      atomic.Int64  // executions whose input is set
+	ids          idList        // their ids
+
+	mu        sync.Mutex
+	latencies []time.Duration // rate mode: from Set to the last Get
+}
+
+// benchResult is what a run measured.
+type benchResult struct {
+	elapsed                  time.Duration // the measured time that computations/s divides
+	computations             int64         // finished in elapsed
+	backlogStart, backlogEnd int64         // computations left to do, of the executions started
+	p50, p99                 time.Duration // rate mode only
+	executions               int64
+	totalComputations        int64 // finished in the whole run, tail included
+	failed, unfinished       int64
+	statements, transactions int64 // -1 when not known
+	topStatements            []statementCalls
+}
+
+func (r benchResult) line(cfg benchConfig) string {
+	na := "n/a"
+	rate := na
+	if r.elapsed > 0 {
+		rate = fmt.Sprintf("%.1f", float64(r.computations)/r.elapsed.Seconds())
+	}
+	p50, p99 := na, na
+	if cfg.mode == "rate" {
+		p50, p99 = fmt.Sprintf("%.1f", ms(r.p50)), fmt.Sprintf("%.1f", ms(r.p99))
+	}
+	perComputation := func(n int64) string {
+		if n < 0 || r.totalComputations == 0 {
+			return na
+		}
+		return fmt.Sprintf("%.2f", float64(n)/float64(r.totalComputations))
+	}
+	return fmt.Sprintf("bench: mode=%s graph=%s computations/s=%s p50_ms=%s p99_ms=%s statements_per_computation=%s "+
+		"transactions_per_computation=%s replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
+		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d",
+		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions),
+		cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
+		r.backlogStart, r.backlogEnd, r.failed, r.unfinished)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// run sets up the schema, the finished rows and (for drain) the ready executions, then starts
+// the replicas and measures them.
+func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
+	db, err := connectMonitor(ctx, b.url)
+	if err != nil {
+		return res, err
+	}
+	b.db = db
+	defer db.close()
+	if err := db.createSchema(ctx, &b.cfg.schema); err != nil {
+		return res, err
+	}
+	defer func() {
+		if dropErr := db.dropSchema(b.cfg.schema); dropErr != nil {
+			err = errors.Join(err, dropErr)
+		}
+	}()
+	statements, note := db.enableStatements(ctx)
+	if note != "" {
+		fmt.Fprintf(b.env.stdout, "bench: statements_per_computation is n/a: %s\n", note)
+	}
+	fmt.Fprintf(b.env.stdout, "bench: mode=%s graph=%s replicas=%d workers=%d schema=%s database=%s\n",
+		b.cfg.mode, b.cfg.shape, b.cfg.replicas, b.cfg.workers, b.cfg.schema, db.describe())
+
+	if err := b.setUp(ctx); err != nil {
+		return res, err
+	}
+	if err := b.waitReplicasGone(ctx); err != nil {
+		return res, err
+	}
+	base, err := db.snapshot(ctx, statements)
+	if err != nil {
+		return res, err
+	}
+
+	res.backlogStart = b.backlog()
+	began := time.Now()
+	progressDone := b.printProgress(began)
+	defer progressDone()
+	rts, err := b.startReplicas(ctx)
+	if err != nil {
+		return res, err
+	}
+	stopped := false
+	stopAll := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		return stopReplicas(rts)
+	}
+	defer func() {
+		if stopErr := stopAll(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+	}()
+	switch b.cfg.mode {
+	case "drain":
+		err = b.drain(ctx, began, &res) // timed from the replicas' start: they claim as they start
+	case "continuous":
+		err = b.continuous(ctx, rts, &res)
+	case "rate":
+		err = b.openLoop(ctx, rts, &res)
+	}
+	progressDone()
+	if err != nil {
+		return res, err
+	}
+	if err := stopAll(); err != nil {
+		return res, err
+	}
+
+	if err := b.waitReplicasGone(ctx); err != nil {
+		return res, err
+	}
+	end, err := db.snapshot(ctx, false)
+	if err != nil {
+		return res, err
+	}
+	res.statements, res.transactions = end.statementsSince(base), end.transactionsSince(base)
+	if others := max(base.others, end.others); others > 0 {
+		fmt.Fprintf(b.env.stdout, "bench: statements and transactions are n/a: %d other session(s) use database %s, "+
+			"and their work would be counted; run bench on a database of its own\n", others, db.describe())
+		res.statements, res.transactions = -1, -1
+	}
+	if statements && b.cfg.topStatements > 0 {
+		if res.topStatements, err = db.topStatements(ctx, b.cfg.topStatements); err != nil {
+			return res, err
+		}
+	}
+	res.executions = b.started.Load()
+	res.totalComputations = b.done.Load()
+	res.failed = b.failed.Load()
+	finished, err := db.finishedExecutions(ctx, b.cfg.schema, b.ids.all(), b.leaves())
+	if err != nil {
+		return res, err
+	}
+	res.unfinished = res.executions - finished
+	b.printTopStatements(res)
+	return res, nil
+}
+
+// setUp runs a setup replica, which migrates the schema, inserts the finished rows and, for
+// drain, makes the N executions ready. Its computations wait while it preloads, and it is
+// stopped before the measured replicas start, so that it leaves all the work to them.
+func (b *benchmark) setUp(ctx context.Context) (err error) {
+	var hold atomic.Bool
+	g := b.graph(func(ctx context.Context) error {
+		if hold.Load() {
+			<-ctx.Done() // released to the measured replicas by Stop
+			return ctx.Err()
+		}
+		return nil
+	})
+	cfg := b.runtimeConfig(g, "setup", 1)
+	// No sweep: the computation it holds during a long preload would pass its deadline, and
+	// be abandoned instead of released.
+	cfg.SweepInterval = 24 * time.Hour
+	rt, err := journey.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// A cancelled context: Stop releases the held computation at once, with its attempt.
+		stopCtx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if stopErr := rt.Stop(stopCtx); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("stopping the setup replica: %w", stopErr))
+		}
+	}()
+
+	if b.cfg.finishedRows > 0 {
+		began := time.Now()
+		ex, err := rt.Start(ctx, g)
+		if err != nil {
+			return fmt.Errorf("starting the template of the finished executions: %w", err)
+		}
+		if _, err := rt.Set(ctx, ex.ID, "x", 0); err != nil {
+			return fmt.Errorf("setting the template's input: %w", err)
+		}
+		for _, leaf := range b.leaves() {
+			if _, err := rt.Get(ctx, ex.ID, leaf, journey.WaitAny()); err != nil {
+				return fmt.Errorf("waiting for the template's %s: %w", leaf, err)
+			}
+		}
+		if err := b.db.cloneFinished(ctx, b.cfg.schema, ex.ID, b.cfg.finishedRows-1); err != nil {
+			return err
+		}
+		fmt.Fprintf(b.env.stdout, "bench: inserted %d finished executions in %s\n",
+			b.cfg.finishedRows, time.Since(began).Round(time.Millisecond))
+	}
+	if b.cfg.mode != "drain" {
+		return nil
+	}
+
+	hold.Store(true)
+	began := time.Now()
+	eg, ectx := errgroup.WithContext(ctx)
+	var next atomic.Int64
+	for range b.cfg.producers {
+		eg.Go(func() error {
+			for next.Add(1) <= int64(b.cfg.n) {
+				if err := b.startReady(ectx, rt, g); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return err
+	}
+	took := time.Since(began)
+	fmt.Fprintf(b.env.stdout, "bench: made %d executions ready in %s (%.0f/s, %d producers, Start then SetMany)\n",
+		b.cfg.n, took.Round(time.Millisecond), float64(b.cfg.n)/took.Seconds(), b.cfg.producers)
+	return nil
+}
+
+// waitReplicasGone waits until the replicas' connections have ended, and warns if some do not.
+func (b *benchmark) waitReplicasGone(ctx context.Context) error {
+	left, err := b.db.waitReplicasGone(ctx)
+	if left > 0 {
+		fmt.Fprintf(b.env.stdout, "bench: %d connection(s) of the replicas are still open; "+
+			"the transaction count may miss some\n", left)
+	}
+	return err
+}
+
+// startReady starts an execution and sets its input, and counts it as started.
+func (b *benchmark) startReady(ctx context.Context, rt *journey.Runtime, g *graph.Graph) error {
+	ex, err := rt.Start(ctx, g)
+	if err != nil {
+		return fmt.Errorf("starting an execution: %w", err)
+	}
+	if _, err := rt.SetMany(ctx, ex.ID, map[string]any{"x": 0}); err != nil {
+		return fmt.Errorf("setting the input of %s: %w", ex.ID, err)
+	}
+	b.ids.add(ex.ID)
+	b.started.Add(1)
+	return nil
+}
+
+// graph builds the bench graph. Each computation calls before, then adds 1 to its input.
+func (b *benchmark) graph(before func(ctx context.Context) error, opts ...graph.NodeOption) *graph.Graph {
+	nodes := []graph.Node{graph.Input("x")}
+	for _, n := range b.nodes {
+		needs := n.needs
+		nodes = append(nodes, graph.Compute(n.name, graph.Needs(needs), func(ctx context.Context, in graph.Values) (any, error) {
+			if err := before(ctx); err != nil {
+				return nil, err
+			}
+			return in.Int(needs) + 1, nil
+		}, opts...))
+	}
+	return graph.MustNew("bench-"+b.cfg.shape, "v1", nodes)
+}
+
+// leaves are the compute nodes that no node needs: an execution has finished when they are set.
+func (b *benchmark) leaves() []string {
+	needed := map[string]bool{}
+	for _, n := range b.nodes {
+		needed[n.needs] = true
+	}
+	var leaves []string
+	for _, n := range b.nodes {
+		if !needed[n.name] {
+			leaves = append(leaves, n.name)
+		}
+	}
+	return leaves
+}
+
+func (b *benchmark) runtimeConfig(g *graph.Graph, name string, workers int) journey.Config {
+	return journey.Config{
+		DatabaseURL: withApplicationName(b.url, benchAppName),
+		Schema:      b.cfg.schema,
+		Graphs:      []*graph.Graph{g},
+		ReplicaID:   fmt.Sprintf("bench-%s-%d", name, os.Getpid()),
+		MaxWorkers:  workers,
+		Logger:      b.logger,
+	}
+}
+
+// startReplicas starts the measured replicas, at once.
+func (b *benchmark) startReplicas(ctx context.Context) ([]*journey.Runtime, error) {
+	g := b.graph(func(context.Context) error { return nil }, graph.OnSave(func(_ context.Context, e graph.SaveEvent) {
+		if e.Err != nil {
+			b.failed.Add(1)
+		} else {
+			b.done.Add(1)
+		}
+		b.signal()
+	}))
+	b.measured = g
+	rts := make([]*journey.Runtime, b.cfg.replicas)
+	var eg errgroup.Group
+	for i := range rts {
+		eg.Go(func() error {
+			cfg := b.runtimeConfig(g, "replica"+strconv.Itoa(i+1), b.cfg.workers)
+			cfg.SkipMigrations = true // the setup replica migrated
+			rt, err := journey.New(ctx, cfg)
+			rts[i] = rt
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, errors.Join(err, stopReplicas(rts))
+	}
+	return rts, nil
+}
+
+// stopReplicas stops the replicas that started, at once.
+func stopReplicas(rts []*journey.Runtime) error {
+	var eg errgroup.Group
+	for _, rt := range rts {
+		if rt == nil {
+			continue
+		}
+		eg.Go(func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), benchStopTimeout)
+			defer cancel()
+			return rt.Stop(ctx)
+		})
+	}
+	return eg.Wait()
+}
+
+// finishedComputations is the number of computations the replicas have saved or failed.
+func (b *benchmark) finishedComputations() int64 { return b.done.Load() + b.failed.Load() }
+
+// backlog is the number of computations left to do, of the executions started.
+func (b *benchmark) backlog() int64 {
+	return b.started.Load()*int64(len(b.nodes)) - b.finishedComputations()
+}
+
+// signal wakes waitUntil.
+func (b *benchmark) signal() {
+	select {
+	case b.progressed <- struct{}{}:
+	default:
+	}
+}
+
+// waitUntil waits until finished holds, checking it at each signal. It gives up when no
+// computation has finished for benchStallTimeout (the check of the executions then reports
+// what is left), or when ctx ends. It returns when the last computation it saw finished.
+func (b *benchmark) waitUntil(ctx context.Context, finished func() bool) (time.Time, error) {
+	last := time.Now()
+	stall := time.NewTimer(benchStallTimeout)
+	defer stall.Stop()
+	for seen := b.finishedComputations(); !finished(); {
+		select {
+		case <-b.progressed:
+			if n := b.finishedComputations(); n > seen {
+				seen, last = n, time.Now()
+				stall.Reset(benchStallTimeout)
+			}
+		case <-stall.C:
+			b.env.logger.Error("no computation finished for a while; giving up the wait",
+				"waited", benchStallTimeout, "backlog", b.backlog())
+			return last, nil
+		case <-ctx.Done():
+			return last, ctx.Err()
+		}
+	}
+	return last, nil
+}
+
+// drain waits for the replicas to finish the ready executions.
+func (b *benchmark) drain(ctx context.Context, began time.Time, res *benchResult) error {
+	last, err := b.waitUntil(ctx, func() bool { return b.backlog() == 0 })
+	res.elapsed, res.computations, res.backlogEnd = last.Sub(began), b.finishedComputations(), b.backlog()
+	return err
+}
+
+// continuous runs the producers for the duration while the replicas work, then waits for the
+// work left.
+func (b *benchmark) continuous(ctx context.Context, rts []*journey.Runtime, res *benchResult) error {
+	began := time.Now()
+	window := time.NewTimer(b.cfg.duration)
+	defer window.Stop()
+	stop := make(chan struct{})
+	eg, ectx := errgroup.WithContext(ctx)
+	for i := range b.cfg.producers {
+		rt := rts[i%len(rts)]
+		eg.Go(func() error {
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				if err := b.startReady(ectx, rt, b.measured); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	select {
+	case <-window.C:
+	case <-ectx.Done():
+	}
+	res.elapsed, res.computations, res.backlogEnd = time.Since(began), b.finishedComputations(), b.backlog()
+	close(stop)
+	if err := eg.Wait(); err != nil {
+		return err
+	}
+	_, err := b.waitUntil(ctx, func() bool { return b.backlog() == 0 })
+	return err
+}
+
+// openLoop starts executions at the rate for the duration, each in a goroutine of its own that
+// sets the input and waits for the leaves, then waits for them all.
+func (b *benchmark) openLoop(ctx context.Context, rts []*journey.Runtime, res *benchResult) error {
+	began := time.Now()
+	leaves := b.leaves()
+	// Cancelled with the first error of an execution, or to end the waits after a stall.
+	ectx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	var inflight atomic.Int64
+	run := func(rt *journey.Runtime) error {
+		ex, err := rt.Start(ectx, b.measured)
+		if err != nil {
+			return fmt.Errorf("starting an execution: %w", err)
+		}
+		t0 := time.Now()
+		if _, err := rt.Set(ectx, ex.ID, "x", 0); err != nil {
+			return fmt.Errorf("setting the input of %s: %w", ex.ID, err)
+		}
+		b.ids.add(ex.ID)
+		b.started.Add(1)
+		for _, leaf := range leaves {
+			if _, err := rt.Get(ectx, ex.ID, leaf, journey.WaitAny()); err != nil {
+				return fmt.Errorf("waiting for %s of %s: %w", leaf, ex.ID, err)
+			}
+		}
+		d := time.Since(t0)
+		b.mu.Lock()
+		b.latencies = append(b.latencies, d)
+		b.mu.Unlock()
+		return nil
+	}
+
+	interval := time.Duration(float64(time.Second) / b.cfg.rate)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i := 0; time.Duration(i)*interval < b.cfg.duration && ectx.Err() == nil; i++ {
+		timer.Reset(time.Until(began.Add(time.Duration(i) * interval)))
+		select {
+		case <-timer.C:
+		case <-ectx.Done():
+			continue
+		}
+		inflight.Add(1)
+		wg.Add(1)
+		go func() {
+			defer func() {
+				inflight.Add(-1)
+				wg.Done()
+				b.signal()
+			}()
+			if err := run(rts[i%len(rts)]); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	res.backlogEnd = b.backlog()
+
+	last, err := b.waitUntil(ectx, func() bool { return inflight.Load() == 0 })
+	cancel(nil) // after a stall, ends the waits of the executions left
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if cause := context.Cause(ectx); err != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	res.elapsed, res.computations = last.Sub(began), b.finishedComputations()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	slices.Sort(b.latencies)
+	res.p50, res.p99 = percentile(b.latencies, 0.50), percentile(b.latencies, 0.99)
+	return nil
+}
+
+// percentile returns the p-th percentile (0 < p ≤ 1) of sorted durations, by the nearest rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(float64(len(sorted))*p+0.999999) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+// printProgress prints a line every benchProgressEvery until the function it returns is first
+// called.
+func (b *benchmark) printProgress(began time.Time) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ticker := time.NewTicker(benchProgressEvery)
+		defer ticker.Stop()
+		var prev int64
+		for {
+			select {
+			case <-done:
+				return
+			case <-ticker.C:
+				n := b.finishedComputations()
+				fmt.Fprintf(b.env.stdout, "bench: [%s] computations=%d computations/s=%.1f executions=%d backlog=%d\n",
+					time.Since(began).Round(time.Second), n, float64(n-prev)/benchProgressEvery.Seconds(),
+					b.started.Load(), b.backlog())
+				prev = n
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+}
+
+// printTopStatements prints the statements with the most calls, per computation.
+func (b *benchmark) printTopStatements(res benchResult) {
+	if len(res.topStatements) == 0 {
+		return
+	}
+	fmt.Fprintf(b.env.stdout, "bench: the %d statements with the most calls: calls per computation, mean ms, statement\n",
+		len(res.topStatements))
+	for _, s := range res.topStatements {
+		fmt.Fprintf(b.env.stdout, "bench:   %7.2f  %7.3f  %s\n",
+			float64(s.calls)/float64(max(res.totalComputations, 1)), s.meanMs, s.query)
+	}
+}
+
+// idList is a list of execution ids that goroutines add to.
+type idList struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (l *idList) add(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ids = append(l.ids, id)
+}
+
+func (l *idList) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ids)
+}
+
+// minLevel is a slog handler that passes on the records of Handler at level and above.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.level}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.level}
+}
+
+// randomName returns prefix followed by 6 random hex digits.
+func randomName(prefix string) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// withApplicationName sets application_name in a connection string: a URL or key=value pairs.
+func withApplicationName(conn, name string) string {
+	u, err := url.Parse(conn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return conn + " application_name=" + name // the last of a repeated key wins
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

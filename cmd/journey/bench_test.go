@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+)
+
+// finalLine is the shape of journey bench's last line: the keys in this order, numbers or n/a.
+var finalLine = regexp.MustCompile(`^bench: mode=\S+ graph=\S+ computations/s=\S+ p50_ms=\S+ p99_ms=\S+ ` +
+	`statements_per_computation=\S+ transactions_per_computation=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
+	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+$`)
+
+// runBenchLine runs journey bench and returns the fields of its final line, after checking the
+// line's shape.
+func runBenchLine(t *testing.T, args ...string) (map[string]string, string) {
+	t.Helper()
+	code, stdout, stderr := runJourney(t, append([]string{"bench"}, args...)...)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	last := lines[len(lines)-1]
+	require.Regexp(t, finalLine, last)
+	fields := map[string]string{}
+	for _, kv := range strings.Fields(strings.TrimPrefix(last, "bench: ")) {
+		k, v, _ := strings.Cut(kv, "=")
+		fields[k] = v
+	}
+	return fields, stdout
+}
+
+func number(t *testing.T, fields map[string]string, key string) float64 {
+	t.Helper()
+	f, err := strconv.ParseFloat(fields[key], 64)
+	require.NoError(t, err, "%s=%s is not a number", key, fields[key])
+	return f
+}
+
+func TestBenchModes(t *testing.T) {
+	t.Setenv("DATABASE_URL", pgtest.URL(t))
+	for _, tc := range []struct {
+		name         string
+		args         []string
+		mode, shape  string
+		executions   int // exactly this many, or at least 1 when 0
+		perExecution int
+	}{
+		{"drain", []string{"-n", "50"}, "drain", "one", 50, 1},
+		{"drain chain5 on two replicas among finished rows", []string{"-n", "20", "-graph", "chain5", "-replicas", "2",
+			"-finished-rows", "100"}, "drain", "chain5", 20, 5},
+		{"continuous", []string{"-duration", "2s", "-producers", "4"}, "continuous", "one", 0, 1},
+		{"open loop", []string{"-rate", "20", "-duration", "2s", "-graph", "fanout10"}, "rate", "fanout10", 40, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fields, stdout := runBenchLine(t, append(tc.args, "-schema", pgtest.Schema(t))...)
+			require.Equal(t, tc.mode, fields["mode"])
+			require.Equal(t, tc.shape, fields["graph"])
+			require.Positive(t, number(t, fields, "computations/s"))
+			executions := number(t, fields, "executions")
+			if tc.executions > 0 {
+				require.EqualValues(t, tc.executions, executions)
+			} else {
+				require.Positive(t, executions)
+			}
+			require.Equal(t, executions*float64(tc.perExecution), number(t, fields, "computations"),
+				"every computation of every execution started was saved")
+			require.Equal(t, "0", fields["failed"])
+			require.Equal(t, "0", fields["unfinished"], "every execution started has finished, by the database")
+			if tc.mode == "drain" {
+				require.Equal(t, executions*float64(tc.perExecution), number(t, fields, "backlog_start"))
+				require.Equal(t, "0", fields["backlog_end"])
+			}
+			if tc.mode == "rate" {
+				p50, p99 := number(t, fields, "p50_ms"), number(t, fields, "p99_ms")
+				require.Positive(t, p50)
+				require.GreaterOrEqual(t, p99, p50)
+			} else {
+				require.Equal(t, "n/a", fields["p50_ms"])
+				require.Equal(t, "n/a", fields["p99_ms"])
+			}
+			// Other tests' sessions share the test database: their work would be counted.
+			if fields["transactions_per_computation"] != "n/a" {
+				require.Positive(t, number(t, fields, "transactions_per_computation"))
+			}
+			if strings.Contains(tc.name, "finished rows") {
+				require.Contains(t, stdout, "bench: inserted 100 finished executions")
+			}
+		})
+	}
+}
+
+func TestBenchCountsStatementsOnItsOwnCluster(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	fields, stdout := runBenchLine(t, "-n", "50", "-top-statements", "3")
+	require.Equal(t, "50", fields["executions"])
+	// A computation takes several statements and transactions, at least its claim and its
+	// completion: the counts come from pg_stat_statements and pg_stat_database.
+	require.GreaterOrEqual(t, number(t, fields, "statements_per_computation"), 2.0)
+	require.GreaterOrEqual(t, number(t, fields, "transactions_per_computation"), 1.0)
+	require.Equal(t, 3, strings.Count(stdout, "\nbench:   "), "three statements listed:\n%s", stdout)
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "give -n N"},
+		{[]string{"-n", "0"}, "-n is 0"},
+		{[]string{"-n", "5", "-duration", "1s"}, "-n (drain) cannot be combined"},
+		{[]string{"-rate", "10"}, "-rate needs -duration"},
+		{[]string{"-rate", "-1", "-duration", "1s"}, "-rate is -1"},
+		{[]string{"-duration", "0s"}, "-duration is 0s"},
+		{[]string{"-n", "5", "-graph", "star"}, `-graph "star"`},
+		{[]string{"-n", "5", "-replicas", "0"}, "-replicas is 0"},
+		{[]string{"-n", "5", "-workers", "0"}, "-workers is 0"},
+		{[]string{"-n", "5", "-finished-rows", "-1"}, "-finished-rows is -1"},
+		{[]string{"-n", "5", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-bogus"}, "-bogus"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runJourney(t, append([]string{"bench"}, tc.args...)...)
+			require.Equal(t, 2, code)
+			require.Contains(t, stderr, tc.want)
+			require.Empty(t, stdout, "nothing ran")
+		})
+	}
+}
+
+func TestBenchRefusesAnExistingSchema(t *testing.T) {
+	schema := pgtest.Schema(t)
+	t.Setenv("DATABASE_URL", pgtest.URL(t))
+	conn, err := pgx.Connect(t.Context(), pgtest.URL(t))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(t.Context(), "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".mine (x int)")
+	require.NoError(t, err)
+
+	code, _, stderr := runJourney(t, "bench", "-n", "5", "-schema", schema)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, fmt.Sprintf("schema %q exists", schema))
+	var n int
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT count(*) FROM "+schema+".mine").Scan(&n),
+		"bench leaves a schema it did not create alone")
+}
+
+// TestCloneFinished checks the copies of a finished execution: the same rows in every table,
+// under ids of their own.
+func TestCloneFinished(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	schema := pgtest.Schema(t)
+	g := graph.MustNew("clone", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return in.Int("x") + 1, nil
+		}),
+	})
+	rt, err := journey.New(ctx, journey.Config{DatabaseURL: pgtest.URL(t), Schema: schema, Graphs: []*graph.Graph{g}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, rt.Stop(context.Background())) }()
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "x", 1)
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+	require.NoError(t, err)
+
+	m, err := connectMonitor(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	defer m.close()
+	require.NoError(t, m.cloneFinished(ctx, schema, ex.ID, 10))
+
+	count := func(sql string) int {
+		var n int
+		require.NoError(t, m.conn.QueryRow(ctx, strings.ReplaceAll(sql, "{s}", schema)).Scan(&n))
+		return n
+	}
+	for table, key := range map[string]string{"executions": "id", `"values"`: "execution_id",
+		"value_history": "execution_id", "computations": "execution_id"} {
+		template := count(fmt.Sprintf(`SELECT count(*) FROM {s}.%s WHERE %s = '%s'`, table, key, ex.ID))
+		require.Positive(t, template, table)
+		require.Equal(t, 11*template, count(fmt.Sprintf(`SELECT count(*) FROM {s}.%s WHERE %s LIKE '%s%%'`, table, key, ex.ID)),
+			"%s: the template's rows and ten copies", table)
+	}
+	require.Equal(t, 10, count(`SELECT count(DISTINCT execution_id) FROM {s}.computations
+		WHERE state = 'SUCCESS' AND execution_id LIKE '%-finished-%'`), "each copy has its finished computation")
+	finished, err := m.finishedExecutions(ctx, schema, []string{ex.ID, ex.ID + "-finished-7"}, []string{"y"})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, finished)
+}

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// monitor is bench's own connection to the database: it creates and drops the schema, inserts
+// the finished rows, reads the statistics and checks the executions. It speaks the simple
+// protocol, in which each statement is one transaction, and counts them, so that they can be
+// left out of the replicas' transactions.
+type monitor struct {
+	cfg   *pgx.ConnConfig
+	conn  *pgx.Conn
+	txs   int64  // statements run, each its own transaction
+	dbid  uint32 // the database's oid, by which pg_stat_statements is filtered
+	stats string // the schema of pg_stat_statements, quoted; empty when it cannot be read
+}
+
+// benchStats is a snapshot of the database's statistics.
+type benchStats struct {
+	transactions int64 // committed and rolled back, in the database
+	monitorTxs   int64 // the monitor's own, before the snapshot's read
+	calls        int64 // statements run since the reset; -1 without pg_stat_statements
+	others       int   // sessions in the database besides the monitor's
+}
+
+// statementCalls is a statement from pg_stat_statements.
+type statementCalls struct {
+	calls  int64
+	meanMs float64
+	query  string
+}
+
+func connectMonitor(ctx context.Context, url string) (*monitor, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing DATABASE_URL: %w", err)
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	cfg.RuntimeParams["application_name"] = benchAppName + "-monitor"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	m := &monitor{cfg: cfg, conn: conn}
+	if err := m.queryRow(ctx, "SELECT oid FROM pg_database WHERE datname = current_database()", nil, &m.dbid); err != nil {
+		m.close()
+		return nil, fmt.Errorf("reading the database's oid: %w", err)
+	}
+	return m, nil
+}
+
+func (m *monitor) close() { _ = m.conn.Close(context.Background()) }
+
+func (m *monitor) exec(ctx context.Context, sql string, args ...any) error {
+	m.txs++
+	_, err := m.conn.Exec(ctx, sql, args...)
+	return err
+}
+
+func (m *monitor) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	m.txs++
+	return m.conn.QueryRow(ctx, sql, args...).Scan(dest...)
+}
+
+// describe names the server and database, without credentials.
+func (m *monitor) describe() string {
+	c := m.conn.Config()
+	return fmt.Sprintf("%s:%d/%s", c.Host, c.Port, c.Database)
+}
+
+// createSchema creates the schema bench works in: *name, or a fresh name when *name is empty.
+func (m *monitor) createSchema(ctx context.Context, name *string) error {
+	if *name == "" {
+		*name = randomName("journey_bench_")
+	}
+	err := m.exec(ctx, "CREATE SCHEMA "+pgx.Identifier{*name}.Sanitize())
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P06" /* duplicate_schema */ {
+		return fmt.Errorf("schema %q exists: bench works in a schema of its own, which it creates and drops; "+
+			"give -schema a name that is not taken, or leave it out", *name)
+	}
+	if err != nil {
+		return fmt.Errorf("creating schema %q: %w", *name, err)
+	}
+	return nil
+}
+
+// dropSchema drops the schema bench worked in, even when ctx has ended, on a new connection if
+// the end of ctx closed the monitor's.
+func (m *monitor) dropSchema(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if m.conn.IsClosed() {
+		conn, err := pgx.ConnectConfig(ctx, m.cfg)
+		if err != nil {
+			return fmt.Errorf("dropping schema %q: %w", name, err)
+		}
+		m.conn = conn
+	}
+	if err := m.exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("dropping schema %q: %w", name, err)
+	}
+	return nil
+}
+
+// enableStatements creates the extension pg_stat_statements if the server loads its library.
+// When it cannot, it returns false and says why.
+func (m *monitor) enableStatements(ctx context.Context) (bool, string) {
+	var libraries string
+	if err := m.queryRow(ctx, "SELECT current_setting('shared_preload_libraries')", nil, &libraries); err != nil {
+		return false, fmt.Sprintf("reading shared_preload_libraries: %v", err)
+	}
+	if !strings.Contains(libraries, "pg_stat_statements") {
+		return false, "the server does not load pg_stat_statements (add it to shared_preload_libraries)"
+	}
+	if err := m.exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return false, fmt.Sprintf("creating the extension pg_stat_statements: %v", err)
+	}
+	err := m.queryRow(ctx, "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_stat_statements'",
+		nil, &m.stats)
+	if err != nil {
+		return false, fmt.Sprintf("finding the extension pg_stat_statements: %v", err)
+	}
+	return true, ""
+}
+
+// waitReplicasGone waits until no connection of a replica is left, so that their statistics,
+// which a session reports when it ends, are in. After 30s it returns how many are left.
+func (m *monitor) waitReplicasGone(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		err := m.queryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
+			[]any{benchAppName}, &n)
+		if err != nil {
+			return n, fmt.Errorf("counting the replicas' connections: %w", err)
+		}
+		if n == 0 || time.Now().After(deadline) {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// snapshot reads the transactions of the database and, when pg_stat_statements can be read,
+// the calls of its statements. The first snapshot (reset true) resets the statements of this
+// database first.
+func (m *monitor) snapshot(ctx context.Context, reset bool) (benchStats, error) {
+	s := benchStats{calls: -1}
+	err := m.queryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "+
+		"AND backend_type = 'client backend' AND pid <> pg_backend_pid()", nil, &s.others)
+	if err != nil {
+		return s, fmt.Errorf("counting the sessions in the database: %w", err)
+	}
+	if reset && m.stats != "" {
+		if err := m.exec(ctx, "SELECT "+m.stats+".pg_stat_statements_reset(0, $1, 0)", m.dbid); err != nil {
+			return s, fmt.Errorf("resetting pg_stat_statements: %w", err)
+		}
+	}
+	// A session reports its statistics when idle, at most once a second: make this one report
+	// its own transactions now, so that the count below includes them all (PostgreSQL 15+).
+	_ = m.exec(ctx, "SELECT pg_stat_force_next_flush()")
+	s.monitorTxs = m.txs
+	err = m.queryRow(ctx, "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()",
+		nil, &s.transactions)
+	if err != nil {
+		return s, fmt.Errorf("reading pg_stat_database: %w", err)
+	}
+	if m.stats != "" {
+		err := m.queryRow(ctx, "SELECT coalesce(sum(calls), 0)::bigint FROM "+m.stats+".pg_stat_statements "+
+			"WHERE dbid = $1 AND query NOT LIKE '%pg_stat%'", []any{m.dbid}, &s.calls)
+		if err != nil {
+			return s, fmt.Errorf("reading pg_stat_statements: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// statementsSince is the number of statements run between the snapshots, or -1.
+func (s benchStats) statementsSince(base benchStats) int64 {
+	if s.calls < 0 || base.calls < 0 {
+		return -1
+	}
+	return s.calls - base.calls
+}
+
+// transactionsSince is the number of transactions between the snapshots, the monitor's left out.
+func (s benchStats) transactionsSince(base benchStats) int64 {
+	return s.transactions - base.transactions - (s.monitorTxs - base.monitorTxs)
+}
+
+// topStatements returns the n statements of this database with the most calls.
+func (m *monitor) topStatements(ctx context.Context, n int) ([]statementCalls, error) {
+	m.txs++
+	rows, err := m.conn.Query(ctx, "SELECT calls, mean_exec_time, regexp_replace(query, '\\s+', ' ', 'g') FROM "+
+		m.stats+".pg_stat_statements WHERE dbid = $1 AND query NOT LIKE '%pg_stat%' ORDER BY calls DESC LIMIT $2", m.dbid, n)
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+	}
+	var top []statementCalls
+	for rows.Next() {
+		var s statementCalls
+		if err := rows.Scan(&s.calls, &s.meanMs, &s.query); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+		}
+		top = append(top, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+	}
+	return top, nil
+}
+
+// cloneFinished inserts count copies of the finished execution template: its row, values,
+// value history and computations, with ids of their own. The rows are copied whole, whatever
+// their columns, as the runtime wrote them.
+func (m *monitor) cloneFinished(ctx context.Context, schema, template string, count int) error {
+	if count <= 0 {
+		return nil
+	}
+	s := pgx.Identifier{schema}.Sanitize()
+	for _, t := range []struct{ table, key string }{
+		{"executions", "id"}, {"values", "execution_id"}, {"value_history", "execution_id"}, {"computations", "execution_id"},
+	} {
+		cols, err := m.copiedColumns(ctx, schema, t.table)
+		if err != nil {
+			return err
+		}
+		var names, values []string
+		for _, c := range cols {
+			names = append(names, pgx.Identifier{c}.Sanitize())
+			if c == t.key {
+				values = append(values, "$2 || g")
+			} else {
+				values = append(values, "t."+pgx.Identifier{c}.Sanitize())
+			}
+		}
+		table := s + "." + pgx.Identifier{t.table}.Sanitize()
+		sql := fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s t, generate_series(1, $3) g WHERE t.%s = $1",
+			table, strings.Join(names, ", "), strings.Join(values, ", "), table, pgx.Identifier{t.key}.Sanitize())
+		if err := m.exec(ctx, sql, template, template+"-finished-", count); err != nil {
+			return fmt.Errorf("inserting finished executions into %s: %w", t.table, err)
+		}
+	}
+	if err := m.exec(ctx, fmt.Sprintf(`ANALYZE %[1]s.executions, %[1]s."values", %[1]s.value_history, %[1]s.computations`, s)); err != nil {
+		return fmt.Errorf("analyzing the tables: %w", err)
+	}
+	return nil
+}
+
+// copiedColumns lists the columns of a table that a copy of a row takes from the row: all but
+// those a sequence fills.
+func (m *monitor) copiedColumns(ctx context.Context, schema, table string) ([]string, error) {
+	m.txs++
+	rows, err := m.conn.Query(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = $2 AND is_generated = 'NEVER'
+			AND coalesce(column_default, '') NOT LIKE 'nextval(%'
+		ORDER BY ordinal_position`, schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	return cols, nil
+}
+
+// finishedExecutions counts the executions among ids whose leaves are all set.
+func (m *monitor) finishedExecutions(ctx context.Context, schema string, ids, leaves []string) (int64, error) {
+	var n int64
+	err := m.queryRow(ctx, `SELECT count(*) FROM (
+			SELECT execution_id FROM `+pgx.Identifier{schema}.Sanitize()+`."values"
+			WHERE execution_id = ANY($1) AND node = ANY($2)
+			GROUP BY execution_id HAVING count(*) = $3) finished`,
+		[]any{ids, leaves, len(leaves)}, &n)
+	if err != nil {
+		return 0, fmt.Errorf("counting the finished executions: %w", err)
+	}
+	return n, nil
+}
