@@ -60,9 +60,13 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		for _, st := range sts {
 			byID[st.exec.ID] = st
 		}
+		ahead, err := s.storeResults(ctx, tx, byID, outs, won)
+		if err != nil {
+			return err
+		}
 		for i, o := range outs {
 			if won[i] {
-				if err := s.recordOne(ctx, tx, byID[o.C.ExecutionID], o); err != nil {
+				if err := s.recordOne(ctx, tx, byID[o.C.ExecutionID], o, ahead[i]); err != nil {
 					return err
 				}
 			}
@@ -134,8 +138,69 @@ func (s *Store) fenceAll(ctx context.Context, tx bun.IDB, outs []Outcome) ([]boo
 	return won, nil
 }
 
-// recordOne records one fenced outcome in its execution's state.
-func (s *Store) recordOne(ctx context.Context, tx bun.IDB, st *execState, o Outcome) error {
+// stored is the value of an outcome that storeResults wrote ahead: row is what changed, nil if
+// the value was equal to the stored one.
+type stored struct{ row *valueRow }
+
+// storeResults writes ahead, in one statement, the values of the successes that recordOne would
+// store as they are: the first outcome of its execution in the batch, of a node that is not a
+// mutate, whose gate holds. It returns them by outcome index. The others are left to recordOne.
+func (s *Store) storeResults(ctx context.Context, tx bun.IDB, sts map[string]*execState, outs []Outcome, won []bool) (map[int]*stored, error) {
+	var ids, nodes, raws []string
+	var revs []int64
+	var which []int
+	first := map[string]bool{}
+	for i, o := range outs {
+		id := o.C.ExecutionID
+		if !won[i] || first[id] {
+			continue
+		}
+		first[id] = true
+		st := sts[id]
+		n, _ := st.g.Node(o.C.Node)
+		if o.Err != nil || n.Kind() == graph.KindMutate {
+			continue
+		}
+		if ok, err := holds(n, st.values); !ok || err != nil {
+			continue
+		}
+		ids, nodes, raws = append(ids, id), append(nodes, o.C.Node), append(raws, string(o.Result))
+		revs, which = append(revs, st.revision+1), append(which, i) // recordOne's revision
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var rows []*valueRow
+	err := tx.NewRaw(s.q(`WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::bigint[])
+				WITH ORDINALITY AS i(execution_id, node, value, revision, ord)),
+		v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, revision, set_at)
+			SELECT execution_id, node, value, revision, ? FROM i ORDER BY ord
+			ON CONFLICT (execution_id, node) DO UPDATE
+			SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
+			WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
+			RETURNING execution_id, node, value, metadata, revision, set_at),
+		h AS (INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
+			SELECT * FROM v)
+		SELECT * FROM v`),
+		pgdialect.Array(ids), pgdialect.Array(nodes), pgdialect.Array(raws), pgdialect.Array(revs),
+		sts[ids[0]].now).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("writing the values computed: %w", err)
+	}
+	changed := make(map[string]*valueRow, len(rows))
+	for _, r := range rows {
+		changed[r.ExecutionID] = r
+	}
+	out := make(map[int]*stored, len(which))
+	for k, i := range which {
+		out[i] = &stored{row: changed[ids[k]]}
+	}
+	return out, nil
+}
+
+// recordOne records one fenced outcome in its execution's state. pre, if not nil, is its value,
+// which storeResults wrote ahead.
+func (s *Store) recordOne(ctx context.Context, tx bun.IDB, st *execState, o Outcome, pre *stored) error {
 	c := o.C
 	st.revision++
 	st.promote = st.promote || c.gated() // its slot is free
@@ -157,6 +222,12 @@ func (s *Store) recordOne(ctx context.Context, tx bun.IDB, st *execState, o Outc
 	case n.Kind() == graph.KindMutate:
 		if err := s.mutate(ctx, tx, st, n, o.Result); err != nil {
 			return err
+		}
+	case pre != nil:
+		if pre.row != nil {
+			st.values[c.Node] = pre.row.toValue()
+			st.changed = true
+			st.recordSave(c.Node, pre.row.toValue())
 		}
 	default:
 		if _, err := s.upsertValue(ctx, tx, st, c.Node, o.Result, nil, st.revision); err != nil {
