@@ -47,8 +47,9 @@ started has finished. It prints a line every 2s, and then a final line:
 
 statements_per_computation and transactions_per_computation count everything the replicas
 and producers sent, from pg_stat_statements (when shared_preload_libraries loads it; else
-n/a) and pg_stat_database, over the run, per computation finished. Run bench on a database
-of its own: other sessions' work in it would be counted.
+n/a) and pg_stat_database, over the run, per computation finished. They are n/a when other
+sessions use the database, since their work would be counted: give bench a database of its
+own.
 
 bench uses $DATABASE_URL. Without it, it starts a throwaway PostgreSQL with pg_stat_statements
 loaded, and deletes it afterwards. It exits 1 if a computation failed or an execution did not
@@ -146,7 +147,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs := newFlagSet(env, "bench", "-n N | -duration D | -rate R -duration D [flags]", benchDescription)
 	var cfg benchConfig
 	fs.IntVar(&cfg.n, "n", 0, "drain: make `N` executions ready, then time the replicas finishing them")
-	fs.DurationVar(&cfg.duration, "duration", 0, "continuous, or open loop with -rate: run for this `long`")
+	fs.DurationVar(&cfg.duration, "duration", 0, "continuous, or open loop with -rate: run for this `duration`")
 	fs.Float64Var(&cfg.rate, "rate", 0, "open loop: start this many `executions` a second (with -duration)")
 	fs.StringVar(&cfg.shape, "graph", "one", "the graph: one (x → y), chain5 (x → c1 → … → c5) or fanout10 (x → f1…f10)")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "the `number` of replicas (runtimes) in this process")
