@@ -285,10 +285,15 @@ func WaitNewerThan(rev int64) GetOption {
 	return func(o *getOptions) { o.wait, o.newer = true, rev }
 }
 
+// maxPollBackoff is how many PollIntervals apart a waiting Get looks, at most, without a
+// notification.
+const maxPollBackoff = 16
+
 // Get reads a node's value. With no option it answers at once (ErrNotSet when unset). With
 // WaitAny or WaitNewerThan it waits until the value is there, the node fails
-// (ErrComputationFailed), or ctx ends. Waiting is woken by the database's notifications, with
-// Config.PollInterval as the fallback.
+// (ErrComputationFailed), or ctx ends. Waiting is woken by the database's notifications. The
+// fallback, for a notification lost, is a look every Config.PollInterval at first, then less
+// often, up to every 16 PollIntervals: thousands of waiters must not keep the pool busy.
 func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (graph.Value, error) {
 	if err := r.check(); err != nil {
 		return graph.Value{}, err
@@ -297,7 +302,8 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var poll *time.Ticker
+	var poll *time.Timer
+	every := r.cfg.PollInterval
 	for {
 		var wake chan struct{}
 		var remove func()
@@ -312,7 +318,7 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 			return v, err
 		}
 		if poll == nil {
-			poll = time.NewTicker(r.cfg.PollInterval)
+			poll = time.NewTimer(every)
 			defer poll.Stop()
 		}
 		select {
@@ -321,6 +327,8 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 			return graph.Value{}, fmt.Errorf("waiting for %q in %s: %w", node, id, ctx.Err())
 		case <-wake:
 		case <-poll.C:
+			every = min(2*every, maxPollBackoff*r.cfg.PollInterval)
+			poll.Reset(every)
 		}
 		remove()
 	}

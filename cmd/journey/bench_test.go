@@ -102,10 +102,10 @@ func TestBenchCountsStatementsOnItsOwnCluster(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	fields, stdout := runBenchLine(t, "-n", "50", "-top-statements", "3")
 	require.Equal(t, "50", fields["executions"])
-	// A computation takes several statements and transactions, at least its claim and its
-	// completion: the counts come from pg_stat_statements and pg_stat_database.
-	require.GreaterOrEqual(t, number(t, fields, "statements_per_computation"), 2.0)
-	require.GreaterOrEqual(t, number(t, fields, "transactions_per_computation"), 1.0)
+	// The counts come from pg_stat_statements and pg_stat_database; batches share them among
+	// their computations, so a computation's share is a fraction, but never nothing.
+	require.Positive(t, number(t, fields, "statements_per_computation"))
+	require.Positive(t, number(t, fields, "transactions_per_computation"))
 	require.Equal(t, 3, strings.Count(stdout, "\nbench:   "), "three statements listed:\n%s", stdout)
 }
 
