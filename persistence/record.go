@@ -60,6 +60,15 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		for _, st := range sts {
 			byID[st.exec.ID] = st
 		}
+		// Until its outcome is recorded, an attempt fenced above still runs, as far as advancing
+		// the others is concerned: a sibling's advance must not start its node again.
+		for i, o := range outs {
+			if won[i] {
+				running := *o.C
+				running.State = StateRunning
+				byID[o.C.ExecutionID].latest[o.C.Node] = &running
+			}
+		}
 		ahead, err := s.storeResults(ctx, tx, byID, outs, won)
 		if err != nil {
 			return err

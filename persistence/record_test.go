@@ -164,3 +164,35 @@ func TestRecordBatchesNeverDeadlock(t *testing.T) {
 	require.NoError(t, <-errs)
 	require.NoError(t, <-errs)
 }
+
+// Outcomes of sibling nodes in one batch are each recorded once: while the first is advanced, the
+// others, fenced but not yet recorded, still count as running, and are not started again.
+func TestRecordSiblingsInOneBatchRunOnce(t *testing.T) {
+	t.Parallel()
+	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
+	g := graph.MustNew("siblings", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("a", graph.Needs("x"), one),
+		graph.Compute("b", graph.Needs("x"), one),
+		graph.Compute("c", graph.Needs("x"), one),
+	})
+	b := setup(t, g)
+	ctx := context.Background()
+	id := b.start(t, g, map[string]any{"x": 1})
+	claimed, err := b.store.Claim(ctx, "r1", 3)
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+	var outs []Outcome
+	for _, c := range claimed {
+		outs = append(outs, Outcome{C: c, Result: json.RawMessage(`1`), Used: map[string]int64{"x": 1}})
+	}
+	lost, err := b.store.Record(ctx, outs)
+	require.NoError(t, err)
+	require.Equal(t, []error{nil, nil, nil}, lost)
+	comps, err := b.store.Computations(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, comps, 3, "no node started again")
+	for _, c := range comps {
+		require.Equal(t, StateSuccess, c.State, "node %s", c.Node)
+	}
+}
