@@ -184,32 +184,51 @@ func (s *Store) valuesOf(ctx context.Context, db bun.IDB, ids []string) (map[str
 // upsertValue writes a node's value at revision rev unless it equals the stored one. It reports
 // whether anything changed; the caller owns the execution's revision.
 func (s *Store) upsertValue(ctx context.Context, tx bun.IDB, st *execState, node string, raw, meta json.RawMessage, rev int64) (bool, error) {
-	var metaArg any
-	if meta != nil {
-		metaArg = string(meta)
+	var w valueWrites
+	w.add(st.exec.ID, node, raw, meta, rev)
+	rows, err := s.writeValues(ctx, tx, w, st.now)
+	if err != nil || len(rows) == 0 {
+		return false, err
 	}
-	var rows []valueRow
-	// The change goes into the history in the same statement.
-	err := tx.NewRaw(s.q(`WITH v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
-			VALUES (?, ?, ?::jsonb, ?::jsonb, ?, ?)
+	st.values[node] = rows[0].toValue()
+	st.changed = true
+	st.recordSave(node, rows[0].toValue())
+	return true, nil
+}
+
+// valueWrites are values to write, as the columns of writeValues' statement.
+type valueWrites struct {
+	ids, nodes, raws, metas []string // a metadata of "" is none
+	revs                    []int64
+}
+
+func (w *valueWrites) add(id, node string, raw, meta json.RawMessage, rev int64) {
+	w.ids, w.nodes, w.raws = append(w.ids, id), append(w.nodes, node), append(w.raws, string(raw))
+	w.metas, w.revs = append(w.metas, string(meta)), append(w.revs, rev)
+}
+
+// writeValues writes values, at most one per execution and node, in one statement, each unless it
+// equals the stored one, and records the changes in the history in the same statement. It returns
+// the rows that changed.
+func (s *Store) writeValues(ctx context.Context, tx bun.IDB, w valueWrites, now time.Time) ([]*valueRow, error) {
+	var rows []*valueRow
+	err := tx.NewRaw(s.q(`WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::text[], ?::bigint[])
+				WITH ORDINALITY AS i(execution_id, node, value, metadata, revision, ord)),
+		v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
+			SELECT execution_id, node, value, nullif(metadata, '')::jsonb, revision, ? FROM i ORDER BY ord
 			ON CONFLICT (execution_id, node) DO UPDATE
 			SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
 			WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
 			RETURNING execution_id, node, value, metadata, revision, set_at),
 		h AS (INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
 			SELECT * FROM v)
-		SELECT node, value, metadata, revision, set_at FROM v`),
-		st.exec.ID, node, string(raw), metaArg, rev, st.now).Scan(ctx, &rows)
+		SELECT * FROM v`),
+		pgdialect.Array(w.ids), pgdialect.Array(w.nodes), pgdialect.Array(w.raws), pgdialect.Array(w.metas),
+		pgdialect.Array(w.revs), now).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
-		return false, fmt.Errorf("writing value %q: %w", node, err)
+		return nil, fmt.Errorf("writing %d value(s): %w", len(w.ids), err)
 	}
-	if len(rows) == 0 {
-		return false, nil
-	}
-	st.values[node] = rows[0].toValue()
-	st.changed = true
-	st.recordSave(node, rows[0].toValue())
-	return true, nil
+	return rows, nil
 }
 
 // recordSave queues the OnSave event of a value written, if its node or the graph has a callback.

@@ -123,8 +123,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 // setStartValues gives each new execution its item's values, as one change at its next revision,
 // and records them in the history: one statement for all of them.
 func (s *Store) setStartValues(ctx context.Context, tx bun.IDB, states []*execState, items []map[string]json.RawMessage) error {
-	var ids, nodes, raws []string
-	var revs []int64
+	var w valueWrites
 	byID := make(map[string]*execState, len(states))
 	for i, st := range states {
 		if len(items[i]) == 0 {
@@ -133,26 +132,15 @@ func (s *Store) setStartValues(ctx context.Context, tx bun.IDB, states []*execSt
 		st.revision++
 		byID[st.exec.ID] = st
 		for _, name := range slices.Sorted(maps.Keys(items[i])) {
-			ids, nodes, raws, revs = append(ids, st.exec.ID), append(nodes, name), append(raws, string(items[i][name])), append(revs, st.revision)
+			w.add(st.exec.ID, name, items[i][name], nil, st.revision)
 		}
 	}
-	if len(ids) == 0 {
+	if len(w.ids) == 0 {
 		return nil
 	}
-	var rows []valueRow
-	err := tx.NewRaw(s.q(`WITH input AS (
-			SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::bigint[])
-				WITH ORDINALITY AS t(execution_id, node, value, revision, ord)),
-		history AS (
-			INSERT INTO {s}.value_history (execution_id, node, value, revision, changed_at)
-			SELECT execution_id, node, value, revision, ? FROM input ORDER BY ord)
-		INSERT INTO {s}."values" (execution_id, node, value, revision, set_at)
-		SELECT execution_id, node, value, revision, ? FROM input ORDER BY ord
-		RETURNING execution_id, node, value, metadata, revision, set_at`),
-		pgdialect.Array(ids), pgdialect.Array(nodes), pgdialect.Array(raws), pgdialect.Array(revs),
-		states[0].now, states[0].now).Scan(ctx, &rows)
+	rows, err := s.writeValues(ctx, tx, w, states[0].now)
 	if err != nil {
-		return fmt.Errorf("setting the values of new executions: %w", err)
+		return err
 	}
 	for _, r := range rows {
 		st := byID[r.ExecutionID]

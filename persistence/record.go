@@ -155,8 +155,7 @@ type stored struct{ row *valueRow }
 // store as they are: the first outcome of its execution in the batch, of a node that is not a
 // mutate, whose gate holds. It returns them by outcome index. The others are left to recordOne.
 func (s *Store) storeResults(ctx context.Context, tx bun.IDB, sts map[string]*execState, outs []Outcome, won []bool) (map[int]*stored, error) {
-	var ids, nodes, raws []string
-	var revs []int64
+	var w valueWrites
 	var which []int
 	first := map[string]bool{}
 	for i, o := range outs {
@@ -173,28 +172,15 @@ func (s *Store) storeResults(ctx context.Context, tx bun.IDB, sts map[string]*ex
 		if ok, err := holds(n, st.values); !ok || err != nil {
 			continue
 		}
-		ids, nodes, raws = append(ids, id), append(nodes, o.C.Node), append(raws, string(o.Result))
-		revs, which = append(revs, st.revision+1), append(which, i) // recordOne's revision
+		w.add(id, o.C.Node, o.Result, nil, st.revision+1) // recordOne's revision
+		which = append(which, i)
 	}
-	if len(ids) == 0 {
+	if len(which) == 0 {
 		return nil, nil
 	}
-	var rows []*valueRow
-	err := tx.NewRaw(s.q(`WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::bigint[])
-				WITH ORDINALITY AS i(execution_id, node, value, revision, ord)),
-		v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, revision, set_at)
-			SELECT execution_id, node, value, revision, ? FROM i ORDER BY ord
-			ON CONFLICT (execution_id, node) DO UPDATE
-			SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
-			WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
-			RETURNING execution_id, node, value, metadata, revision, set_at),
-		h AS (INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
-			SELECT * FROM v)
-		SELECT * FROM v`),
-		pgdialect.Array(ids), pgdialect.Array(nodes), pgdialect.Array(raws), pgdialect.Array(revs),
-		sts[ids[0]].now).Scan(ctx, &rows)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("writing the values computed: %w", err)
+	rows, err := s.writeValues(ctx, tx, w, sts[w.ids[0]].now)
+	if err != nil {
+		return nil, err
 	}
 	changed := make(map[string]*valueRow, len(rows))
 	for _, r := range rows {
@@ -202,7 +188,7 @@ func (s *Store) storeResults(ctx context.Context, tx bun.IDB, sts map[string]*ex
 	}
 	out := make(map[int]*stored, len(which))
 	for k, i := range which {
-		out[i] = &stored{row: changed[ids[k]]}
+		out[i] = &stored{row: changed[w.ids[k]]}
 	}
 	return out, nil
 }

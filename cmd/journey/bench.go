@@ -126,7 +126,7 @@ func runBench(ctx context.Context, env *environment, args []string) int {
 	}
 
 	b := &benchmark{cfg: cfg, env: env, url: dbURL, nodes: benchShapes[cfg.shape],
-		logger: slog.New(minLevel{env.logger.Handler(), slog.LevelWarn}), progressed: make(chan struct{}, 1)}
+		logger: slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), progressed: make(chan struct{}, 1)}
 	res, err := b.run(ctx)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "journey bench: %v\n", err)
@@ -797,24 +797,6 @@ func (l *idList) all() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.ids)
-}
-
-// minLevel is a slog handler that passes on the records of Handler at level and above.
-type minLevel struct {
-	slog.Handler
-	level slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.level && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(attrs), h.level}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.level}
 }
 
 // randomName returns prefix followed by 6 random hex digits.
