@@ -23,6 +23,9 @@ type execState struct {
 	now    time.Time
 	values graph.Values
 	latest map[string]*Computation // the newest attempt of each node
+	// created are the attempts made that finish inserts, all in one statement: nothing reads them
+	// from the table before the commit. Their ID is 0.
+	created []*Computation
 
 	revision int64             // the revision to write back at the end
 	saved    []graph.SaveEvent // OnSave events to fire after commit
@@ -50,24 +53,26 @@ func (r valueRow) toValue() graph.Value {
 // execution back (finish); after the commit it fires the OnSave events. before, if not nil, runs
 // first in the same transaction: a fenced write that must lock its computation row before the
 // execution is locked, as the lock order demands.
-func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.Tx) error,
-	fn func(ctx context.Context, tx bun.Tx, st *execState) error) error {
+func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error,
+	fn func(ctx context.Context, tx bun.IDB, st *execState) error) error {
 	var done []*execState
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		done = nil
+	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
 		if before != nil {
-			if err := before(ctx, tx); err != nil {
+			if err := t.begin(ctx); err != nil {
+				return err
+			}
+			if err := before(ctx, t); err != nil {
 				return err
 			}
 		}
-		sts, err := s.load(ctx, tx, []string{id})
+		sts, err := s.load(ctx, t, []string{id})
 		if err != nil {
 			return err
 		}
-		if err := fn(ctx, tx, sts[0]); err != nil {
+		if err := fn(ctx, t, sts[0]); err != nil {
 			return err
 		}
-		if err := s.finish(ctx, tx, sts); err != nil {
+		if err := s.finish(ctx, t, sts); err != nil {
 			return err
 		}
 		done = sts
@@ -99,18 +104,27 @@ func (s *Store) committed(ctx context.Context, sts []*execState) {
 // lockedExecution is an executions row locked for writing, with the transaction's time.
 type lockedExecution struct {
 	Execution
-	Now time.Time `bun:"tx_now"`
+	Now time.Time `bun:"tx_now" db:"tx_now"`
 }
 
 // load locks the executions ids, in id order so that two writers of several executions never
-// wait on each other, and reads what advancing them needs: one statement per table, whatever the
-// number of executions. It returns their states in id order; an id may be given twice.
-func (s *Store) load(ctx context.Context, tx bun.IDB, ids []string) ([]*execState, error) {
+// wait on each other, and reads what advancing them needs: their values, and the newest attempt
+// of each node. before, the lock and the reads go in one round trip (with the BEGIN, if it has
+// not gone), one statement per table whatever the number of executions. It returns their states
+// in id order; an id may be given twice.
+func (s *Store) load(ctx context.Context, t *txn, ids []string, before ...step) ([]*execState, error) {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	var rows []lockedExecution
-	err := tx.NewRaw(s.q(`SELECT e.*, coalesce(?::timestamptz, now()) AS tx_now FROM {s}.executions e
-		WHERE e.id = ANY(?::text[]) ORDER BY e.id FOR UPDATE`), s.clock.NowOrNil(), pgdialect.Array(ids)).Scan(ctx, &rows)
-	if err != nil && !isNoRows(err) {
+	var rows []*lockedExecution
+	var vals []*valueRow
+	var latest []*Computation
+	err := t.send(ctx, append(before,
+		step{s.q(`SELECT e.*, coalesce($1::timestamptz, now()) AS tx_now FROM {s}.executions e
+			WHERE e.id = ANY($2::text[]) ORDER BY e.id FOR UPDATE`), []any{s.clock.NowOrNil(), ids}, collect(&rows)},
+		step{s.q(`SELECT execution_id, node, value, metadata, revision, set_at FROM {s}."values"
+			WHERE execution_id = ANY($1::text[])`), []any{ids}, collect(&vals)},
+		step{s.q(latestAttemptsQuery), []any{ids, s.computed[0], s.computed[1]}, collect(&latest)},
+	)...)
+	if err != nil {
 		return nil, fmt.Errorf("loading executions %s: %w", strings.Join(ids, ", "), err)
 	}
 	if len(rows) < len(ids) {
@@ -121,7 +135,7 @@ func (s *Store) load(ctx context.Context, tx bun.IDB, ids []string) ([]*execStat
 		}
 	}
 	sts := make([]*execState, len(rows))
-	var pairs [2][]string // execution ids and nodes, for the newest attempts
+	byID := make(map[string]*execState, len(sts))
 	for i, row := range rows {
 		g, ok := s.Graph(row.GraphName, row.GraphVersion)
 		if !ok {
@@ -129,39 +143,26 @@ func (s *Store) load(ctx context.Context, tx bun.IDB, ids []string) ([]*execStat
 				ErrUnknownGraph, row.ID, row.GraphName, row.GraphVersion)
 		}
 		sts[i] = &execState{exec: row.Execution, g: g, now: row.Now, revision: row.Revision,
-			latest: map[string]*Computation{}}
-		for _, n := range g.Nodes() {
-			if n.Kind() != graph.KindInput {
-				pairs[0], pairs[1] = append(pairs[0], row.ID), append(pairs[1], n.Name())
-			}
-		}
+			values: graph.Values{}, latest: map[string]*Computation{}}
+		byID[row.ID] = sts[i]
 	}
-	vals, err := s.valuesOf(ctx, tx, ids)
-	if err != nil {
-		return nil, err
+	for _, v := range vals {
+		byID[v.ExecutionID].values[v.Node] = v.toValue()
 	}
-	var latest []*Computation
-	err = tx.NewRaw(s.q(latestAttemptsQuery), pgdialect.Array(pairs[0]), pgdialect.Array(pairs[1])).Scan(ctx, &latest)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("loading the computations of %s: %w", strings.Join(ids, ", "), err)
-	}
-	byID := make(map[string]*execState, len(sts))
-	for _, st := range sts {
-		st.values = vals[st.exec.ID]
-		byID[st.exec.ID] = st
-	}
-	// One index entry per node: the cost does not grow with the attempts an execution has made.
 	for _, c := range latest {
 		byID[c.ExecutionID].latest[c.Node] = c
 	}
 	return sts, nil
 }
 
-// latestAttemptsQuery reads the newest attempt of each (execution id, node) pair given, as two
-// arrays.
-const latestAttemptsQuery = `SELECT c.* FROM unnest(?::text[], ?::text[]) AS n(execution_id, node)
+// latestAttemptsQuery reads the newest attempt of each node of executions $1 that is not an
+// input, given as the arrays of graph keys $2 and node names $3. It reads one index entry per
+// node: the cost does not grow with the attempts an execution has made.
+const latestAttemptsQuery = `SELECT c.* FROM {s}.executions e
+	JOIN unnest($2::text[], $3::text[]) AS n(graph_key, node) ON n.graph_key = e.graph_name || '@' || e.graph_version
 	CROSS JOIN LATERAL (SELECT * FROM {s}.computations
-		WHERE execution_id = n.execution_id AND node = n.node ORDER BY id DESC LIMIT 1) c`
+		WHERE execution_id = e.id AND node = n.node ORDER BY id DESC LIMIT 1) c
+	WHERE e.id = ANY($1::text[])`
 
 // valuesOf reads the values of executions ids. Each has an entry, empty if it has no values.
 func (s *Store) valuesOf(ctx context.Context, db bun.IDB, ids []string) (map[string]graph.Values, error) {
@@ -419,17 +420,26 @@ func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState
 		state = StatePending
 		st.promote = true
 	}
-	c := new(Computation)
-	err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
-		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-		 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?)
-		RETURNING *`),
-		st.exec.ID, GraphKey(st.exec.GraphName, st.exec.GraphVersion), n.Name(), state, attempt,
-		set.MaxAttempts, runAt, set.AbandonAfter.Milliseconds(), set.HeartbeatTimeout.Milliseconds(),
-		sig.String(), key, maxParallel, errText, st.now, finishedAt).Scan(ctx, c)
-	if err != nil {
-		return nil, fmt.Errorf("creating computation of %q: %w", n.Name(), err)
+	c := &Computation{ExecutionID: st.exec.ID, GraphKey: GraphKey(st.exec.GraphName, st.exec.GraphVersion),
+		Node: n.Name(), State: state, Attempt: attempt, MaxAttempts: set.MaxAttempts, RunAt: runAt,
+		AbandonAfterMS: set.AbandonAfter.Milliseconds(), HeartbeatTimeoutMS: set.HeartbeatTimeout.Milliseconds(),
+		ComputedWith: sig.String(), ConcurrencyKey: key, MaxParallel: maxParallel, Error: errText,
+		CreatedAt: st.now, FinishedAt: finishedAt}
+	if state == StateFailed || state == StatePending && c.gated() {
+		// The promotion and the failure event read it from the table, before the commit.
+		err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
+			(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+			 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?)
+			RETURNING *`),
+			c.ExecutionID, c.GraphKey, c.Node, c.State, c.Attempt, c.MaxAttempts, c.RunAt, c.AbandonAfterMS,
+			c.HeartbeatTimeoutMS, c.ComputedWith, c.ConcurrencyKey, c.MaxParallel, c.Error, c.CreatedAt,
+			c.FinishedAt).Scan(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("creating computation of %q: %w", n.Name(), err)
+		}
+	} else {
+		st.created = append(st.created, c) // inserted with the COMMIT, by finish
 	}
 	switch state {
 	case StateAvailable:
@@ -444,15 +454,15 @@ func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState
 }
 
 // finish writes the executions' revisions back, claims their events, promotes what their writes
-// made due, and queues the notifications, each for all of sts at once. The caller commits and
-// then calls committed.
-func (s *Store) finish(ctx context.Context, tx bun.IDB, sts []*execState) error {
+// made due, and queues the notifications, each for all of sts at once. The revisions and the
+// notifications go with the COMMIT. The caller commits and then calls committed.
+func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	var ids, wakes []string
 	var revs []int64
 	var setWake []bool
 	promote := false
 	for _, st := range sts {
-		if err := s.claimCompletion(ctx, tx, st); err != nil {
+		if err := s.claimCompletion(ctx, t, st); err != nil {
 			return err
 		}
 		promote = promote || st.promote
@@ -467,21 +477,18 @@ func (s *Store) finish(ctx context.Context, tx bun.IDB, sts []*execState) error 
 		}
 		ids, revs, wakes, setWake = append(ids, st.exec.ID), append(revs, st.revision), append(wakes, w), append(setWake, moved)
 	}
+	s.insertCreated(t, sts)
 	if len(ids) > 0 {
-		_, err := tx.NewRaw(s.q(`UPDATE {s}.executions e
+		t.atCommit(s.q(`UPDATE {s}.executions e
 			SET revision = r.revision,
-				updated_at = CASE WHEN r.revision <> e.revision THEN coalesce(?::timestamptz, now()) ELSE e.updated_at END,
+				updated_at = CASE WHEN r.revision <> e.revision THEN coalesce($1::timestamptz, now()) ELSE e.updated_at END,
 				wake_at = CASE WHEN r.set_wake THEN nullif(r.wake_at, '')::timestamptz ELSE e.wake_at END
-			FROM unnest(?::text[], ?::bigint[], ?::text[], ?::boolean[]) AS r(id, revision, wake_at, set_wake)
-			WHERE e.id = r.id`), s.clock.NowOrNil(), pgdialect.Array(ids), pgdialect.Array(revs),
-			pgdialect.Array(wakes), pgdialect.Array(setWake)).Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("updating the revisions of %s: %w", strings.Join(ids, ", "), err)
-		}
+			FROM unnest($2::text[], $3::bigint[], $4::text[], $5::boolean[]) AS r(id, revision, wake_at, set_wake)
+			WHERE e.id = r.id`), s.clock.NowOrNil(), ids, revs, wakes, setWake)
 	}
 	work := false
 	if promote {
-		n, err := s.promoteGated(ctx, tx, sts[0].now, false)
+		n, err := s.promoteGated(ctx, t, sts[0].now, false)
 		switch {
 		case errors.Is(err, errPromotionBusy):
 			sts[0].promoteLater = true
@@ -497,15 +504,55 @@ func (s *Store) finish(ctx context.Context, tx bun.IDB, sts []*execState) error 
 			changed = append(changed, st.exec.ID)
 		}
 	}
-	return s.announce(ctx, tx, work, changed)
+	s.announce(t, work, changed)
+	return nil
+}
+
+// insertCreated queues for the COMMIT the insert of the attempts that sts created, in the order
+// they were made.
+func (s *Store) insertCreated(t *txn, sts []*execState) {
+	var cs []*Computation
+	for _, st := range sts {
+		cs = append(cs, st.created...)
+	}
+	if len(cs) == 0 {
+		return
+	}
+	var ids, keys, nodes, states, sigs []string
+	var attempts, maxAttempts []int
+	var runAts, createdAts []time.Time
+	var abandons, beats []int64
+	var ckeys, errs []*string
+	var maxParallels []*int
+	var finishedAts []*time.Time
+	for _, c := range cs {
+		ids, keys, nodes, states = append(ids, c.ExecutionID), append(keys, c.GraphKey), append(nodes, c.Node), append(states, c.State)
+		attempts, maxAttempts, runAts = append(attempts, c.Attempt), append(maxAttempts, c.MaxAttempts), append(runAts, c.RunAt)
+		abandons, beats, sigs = append(abandons, c.AbandonAfterMS), append(beats, c.HeartbeatTimeoutMS), append(sigs, c.ComputedWith)
+		ckeys, maxParallels, errs = append(ckeys, c.ConcurrencyKey), append(maxParallels, c.MaxParallel), append(errs, c.Error)
+		createdAts, finishedAts = append(createdAts, c.CreatedAt), append(finishedAts, c.FinishedAt)
+	}
+	t.atCommit(s.q(`INSERT INTO {s}.computations
+		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+		 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at)
+		SELECT execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+			heartbeat_timeout_ms, computed_with::jsonb, concurrency_key, max_parallel, error, created_at, finished_at
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::timestamptz[],
+			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::int[], $13::text[], $14::timestamptz[],
+			$15::timestamptz[]) WITH ORDINALITY AS c(execution_id, graph_key, node, state, attempt, max_attempts,
+			run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error,
+			created_at, finished_at, ord)
+		ORDER BY ord`),
+		ids, keys, nodes, states, attempts, maxAttempts, runAts, abandons, beats, sigs, ckeys, maxParallels, errs,
+		createdAts, finishedAts)
 }
 
 // maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.
 const maxPayload = 7900
 
-// announce queues, in one statement, a NOTIFY that work is available if work is set, and NOTIFYs
-// that name the executions changed, as few as their payload's size allows.
-func (s *Store) announce(ctx context.Context, tx bun.IDB, work bool, changed []string) error {
+// announce queues for the COMMIT, in one statement, a NOTIFY that work is available if work is
+// set, and NOTIFYs that name the executions changed, as few as their payload's size allows.
+func (s *Store) announce(t *txn, work bool, changed []string) {
 	var payloads []string
 	if work {
 		payloads = append(payloads, PayloadWork)
@@ -519,19 +566,9 @@ func (s *Store) announce(ctx context.Context, tx bun.IDB, work bool, changed []s
 		}
 		payloads = append(payloads, p)
 	}
-	if len(payloads) == 0 {
-		return nil
+	if len(payloads) > 0 {
+		t.atCommit("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", s.channel, payloads)
 	}
-	calls := make([]string, len(payloads))
-	args := make([]any, 0, 2*len(payloads))
-	for i, p := range payloads {
-		calls[i] = "pg_notify(?, ?)"
-		args = append(args, s.channel, p)
-	}
-	if _, err := tx.NewRaw("SELECT "+strings.Join(calls, ", "), args...).Exec(ctx); err != nil {
-		return fmt.Errorf("notifying: %w", err)
-	}
-	return nil
 }
 
 // fireSaved hands the OnSave events of a committed transaction to the runtime.

@@ -10,7 +10,6 @@ import (
 	"sort"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -66,14 +65,13 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		}
 	}
 	var states []*execState
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
 		var rows []*Execution
-		err := tx.NewRaw(s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, created_at, updated_at)
-			SELECT e.id, ?, ?, e.revision, t.now, t.now
-			FROM unnest(?::text[], ?::bigint[]) AS e(id, revision),
-				(SELECT coalesce(?::timestamptz, now()) AS now) t
-			RETURNING *`),
-			g.Name(), g.Version(), pgdialect.Array(ids), pgdialect.Array(revisions), s.clock.NowOrNil()).Scan(ctx, &rows)
+		err := t.send(ctx, step{s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, created_at, updated_at)
+			SELECT e.id, $1, $2, e.revision, t.now, t.now
+			FROM unnest($3::text[], $4::bigint[]) AS e(id, revision),
+				(SELECT coalesce($5::timestamptz, now()) AS now) t
+			RETURNING *`), []any{g.Name(), g.Version(), ids, revisions, s.clock.NowOrNil()}, collect(&rows)})
 		if err != nil {
 			return fmt.Errorf("creating executions: %w", err)
 		}
@@ -87,12 +85,12 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		for i, id := range ids {
 			e := created[id]
 			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{}}
-			if err := s.advance(ctx, tx, st); err != nil {
+			if err := s.advance(ctx, t, st); err != nil {
 				return err
 			}
 			states[i] = st
 		}
-		if err := s.setStartValues(ctx, tx, states, items); err != nil {
+		if err := s.setStartValues(ctx, t, states, items); err != nil {
 			return err
 		}
 		// Then, as SetValues does, advance those given values again. finish notifies the
@@ -100,13 +98,13 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		// execution before it exists.
 		for i, st := range states {
 			if len(items[i]) > 0 {
-				if err := s.advance(ctx, tx, st); err != nil {
+				if err := s.advance(ctx, t, st); err != nil {
 					return err
 				}
 			}
 			st.changed = false
 		}
-		return s.finish(ctx, tx, states)
+		return s.finish(ctx, t, states)
 	})
 	if err != nil {
 		return nil, err
@@ -174,7 +172,7 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 	}
 	sort.Strings(nodes)
 	var rev int64
-	err := s.write(ctx, id, nil, func(ctx context.Context, tx bun.Tx, st *execState) error {
+	err := s.write(ctx, id, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
 		for _, name := range append(append([]string(nil), nodes...), unset...) {
 			if err := CheckInput(st.g, name); err != nil {
 				return err
@@ -244,37 +242,36 @@ type NodeState struct {
 // Failed reports whether the node has used up its attempts with nothing pending.
 func (ns NodeState) Failed() bool { return ns.Latest != nil && ns.Latest.failedForGood() }
 
-// NodeState reads a node's value and its newest attempt.
+// NodeState reads a node's value and its newest attempt, in one round trip.
 func (s *Store) NodeState(ctx context.Context, id, node string) (NodeState, error) {
-	exec, err := s.LoadExecution(ctx, id)
+	var execs []*Execution
+	var vals []*valueRow
+	var latest []*Computation
+	err := s.read(ctx,
+		step{s.q(`SELECT * FROM {s}.executions WHERE id = $1`), []any{id}, collect(&execs)},
+		step{s.q(`SELECT execution_id, node, value, metadata, revision, set_at FROM {s}."values"
+			WHERE execution_id = $1 AND node = $2`), []any{id, node}, collect(&vals)},
+		step{s.q(`SELECT * FROM {s}.computations WHERE execution_id = $1 AND node = $2
+			ORDER BY id DESC LIMIT 1`), []any{id, node}, collect(&latest)})
 	if err != nil {
-		return NodeState{}, err
+		return NodeState{}, fmt.Errorf("reading node %q of %s: %w", node, id, err)
 	}
-	g, ok := s.Graph(exec.GraphName, exec.GraphVersion)
+	if len(execs) == 0 {
+		return NodeState{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	g, ok := s.Graph(execs[0].GraphName, execs[0].GraphVersion)
 	if !ok {
-		return NodeState{}, fmt.Errorf("%w: %q version %q", ErrUnknownGraph, exec.GraphName, exec.GraphVersion)
+		return NodeState{}, fmt.Errorf("%w: %q version %q", ErrUnknownGraph, execs[0].GraphName, execs[0].GraphVersion)
 	}
 	if _, ok := g.Node(node); !ok {
 		return NodeState{}, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), node)
 	}
 	var ns NodeState
-	var rows []valueRow
-	err = s.db.NewRaw(s.q(`SELECT node, value, metadata, revision, set_at FROM {s}."values"
-		WHERE execution_id = ? AND node = ?`), id, node).Scan(ctx, &rows)
-	if err != nil && !isNoRows(err) {
-		return ns, fmt.Errorf("reading %q: %w", node, err)
+	if len(vals) > 0 {
+		ns.Value = vals[0].toValue()
 	}
-	if len(rows) > 0 {
-		ns.Value = rows[0].toValue()
-	}
-	var comps []*Computation
-	err = s.db.NewRaw(s.q(`SELECT * FROM {s}.computations WHERE execution_id = ? AND node = ?
-		ORDER BY id DESC LIMIT 1`), id, node).Scan(ctx, &comps)
-	if err != nil && !isNoRows(err) {
-		return ns, fmt.Errorf("reading computations of %q: %w", node, err)
-	}
-	if len(comps) > 0 {
-		ns.Latest = comps[0]
+	if len(latest) > 0 {
+		ns.Latest = latest[0]
 	}
 	return ns, nil
 }

@@ -36,7 +36,7 @@ func (b *bundle) startState(t *testing.T, id string) startState {
 	st.History = lines
 	lines = nil
 	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT concat_ws(' ', node, state, attempt, computed_with::text, concurrency_key, max_parallel, error)
-		FROM {s}.computations WHERE execution_id = ? ORDER BY id`), id).Scan(ctx, &lines))
+		FROM {s}.computations WHERE execution_id = ? ORDER BY node, id`), id).Scan(ctx, &lines))
 	st.Computations = lines
 	return st
 }

@@ -186,6 +186,12 @@ func (s *Store) cancelArchived(ctx context.Context, tx bun.IDB, st *execState) e
 		st.latest[c.Node] = c
 		st.promote = st.promote || c.gated() // an AVAILABLE one held a slot
 	}
+	for _, c := range st.created { // not in the table yet
+		if c.active() {
+			reason := ReasonArchived
+			c.State, c.Error, c.FinishedAt = StateCanceled, &reason, &st.now
+		}
+	}
 	return nil
 }
 

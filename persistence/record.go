@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -34,31 +34,37 @@ type Outcome struct {
 func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 	lost := make([]error, len(outs))
 	var done []*execState
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		done = nil
-		won, err := s.fenceAll(ctx, tx, outs)
+	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
+		// The fences and the loads go in one round trip. The loads take every execution of the
+		// batch, in id order, after the computations' rows: an execution whose attempts all lost
+		// their claims is dropped below.
+		var fenced []int64
+		ids := make([]string, len(outs))
+		for i, o := range outs {
+			ids[i] = o.C.ExecutionID
+		}
+		loaded, err := s.load(ctx, t, ids, s.fenceAll(outs, &fenced))
 		if err != nil {
 			return err
 		}
-		var ids []string
+		won := s.fenced(outs, fenced)
+		byID := make(map[string]*execState, len(loaded))
 		for i, o := range outs {
-			lost[i] = nil
 			if !won[i] {
 				lost[i] = fmt.Errorf("%w: computation %d of %q in %s", ErrClaimLost, o.C.ID, o.C.Node, o.C.ExecutionID)
 				continue
 			}
-			ids = append(ids, o.C.ExecutionID)
+			byID[o.C.ExecutionID] = nil
 		}
-		if len(ids) == 0 {
+		var sts []*execState
+		for _, st := range loaded {
+			if _, ok := byID[st.exec.ID]; ok {
+				byID[st.exec.ID] = st
+				sts = append(sts, st)
+			}
+		}
+		if len(sts) == 0 {
 			return nil
-		}
-		sts, err := s.load(ctx, tx, ids)
-		if err != nil {
-			return err
-		}
-		byID := make(map[string]*execState, len(sts))
-		for _, st := range sts {
-			byID[st.exec.ID] = st
 		}
 		// Until its outcome is recorded, an attempt fenced above still runs, as far as advancing
 		// the others is concerned: a sibling's advance must not start its node again.
@@ -69,18 +75,18 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 				byID[o.C.ExecutionID].latest[o.C.Node] = &running
 			}
 		}
-		ahead, err := s.storeResults(ctx, tx, byID, outs, won)
+		ahead, err := s.storeResults(ctx, t, byID, outs, won)
 		if err != nil {
 			return err
 		}
 		for i, o := range outs {
 			if won[i] {
-				if err := s.recordOne(ctx, tx, byID[o.C.ExecutionID], o, ahead[i]); err != nil {
+				if err := s.recordOne(ctx, t, byID[o.C.ExecutionID], o, ahead[i]); err != nil {
 					return err
 				}
 			}
 		}
-		if err := s.finish(ctx, tx, sts); err != nil {
+		if err := s.finish(ctx, t, sts); err != nil {
 			return err
 		}
 		done = sts
@@ -93,9 +99,9 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 	return lost, nil
 }
 
-// fenceAll moves the attempts of outs out of RUNNING, in one statement and in id order, where
-// their claims still hold, and reports which did.
-func (s *Store) fenceAll(ctx context.Context, tx bun.IDB, outs []Outcome) ([]bool, error) {
+// fenceAll is the statement that moves the attempts of outs out of RUNNING, in id order, where
+// their claims still hold; it reads the ids of those into fenced.
+func (s *Store) fenceAll(outs []Outcome, fenced *[]int64) step {
 	n := len(outs)
 	ids, replicas, tokens := make([]int64, n), make([]string, n), make([]string, n)
 	states, errs, used := make([]string, n), make([]string, n), make([]string, n)
@@ -108,9 +114,8 @@ func (s *Store) fenceAll(ctx context.Context, tx bun.IDB, outs []Outcome) ([]boo
 			used[i] = signature(o.Used).String()
 		}
 	}
-	var fenced []int64
-	err := tx.NewRaw(s.q(`WITH o AS (
-			SELECT * FROM unnest(?::bigint[], ?::text[], ?::uuid[], ?::text[], ?::text[], ?::text[])
+	return step{s.q(`WITH o AS (
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[])
 				AS o(id, replica_id, token, state, error, computed_with)),
 		held AS (SELECT c.id FROM {s}.computations c JOIN o ON c.id = o.id
 			WHERE c.state = 'RUNNING' AND c.replica_id = o.replica_id AND c.claim_token = o.token
@@ -118,33 +123,43 @@ func (s *Store) fenceAll(ctx context.Context, tx bun.IDB, outs []Outcome) ([]boo
 		UPDATE {s}.computations c
 		SET state = o.state, error = CASE WHEN o.state = 'FAILED' THEN o.error END,
 			computed_with = coalesce(nullif(o.computed_with, '')::jsonb, c.computed_with),
-			finished_at = coalesce(?::timestamptz, now())
+			finished_at = coalesce($7::timestamptz, now())
 		FROM o, held WHERE c.id = o.id AND c.id = held.id
 		RETURNING c.id`),
-		pgdialect.Array(ids), pgdialect.Array(replicas), pgdialect.Array(tokens), pgdialect.Array(states),
-		pgdialect.Array(errs), pgdialect.Array(used), s.clock.NowOrNil()).Scan(ctx, &fenced)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("finishing computations: %w", err)
-	}
+		[]any{ids, replicas, tokens, states, errs, used, s.clock.NowOrNil()},
+		func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err != nil {
+				return fmt.Errorf("finishing computations: %w", err)
+			}
+			*fenced, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
+		}}
+}
+
+// fenced reports which outcomes of outs fenceAll fenced, and moves their attempts to the state
+// it wrote.
+func (s *Store) fenced(outs []Outcome, fenced []int64) []bool {
 	held := make(map[int64]bool, len(fenced))
 	for _, id := range fenced {
 		held[id] = true
 	}
-	won := make([]bool, n)
+	won := make([]bool, len(outs))
 	for i, o := range outs {
 		won[i] = held[o.C.ID]
 		if !won[i] {
 			continue
 		}
-		o.C.State = states[i]
+		o.C.State = StateSuccess
 		if o.Err != nil {
-			o.C.Error = &errs[i]
-		}
-		if used[i] != "" {
-			o.C.ComputedWith = used[i]
+			o.C.State = StateFailed
+			msg := o.Err.Error()
+			o.C.Error = &msg
+		} else if o.Used != nil {
+			o.C.ComputedWith = signature(o.Used).String()
 		}
 	}
-	return won, nil
+	return won
 }
 
 // stored is the value of an outcome that storeResults wrote ahead: row is what changed, nil if

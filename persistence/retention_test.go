@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
 // (j) The sweeper deletes what retention lets go, and keeps what the semantics need: the newest
@@ -82,7 +81,8 @@ func TestWritesReadOneAttemptPerNode(t *testing.T) {
 
 	var plan []map[string]any
 	var raw string
-	require.NoError(t, b.db.NewRaw("EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.q(latestAttemptsQuery), pgdialect.Array([]string{id}), pgdialect.Array([]string{"y"})).Scan(ctx, &raw))
+	require.NoError(t, b.db.DB.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.q(latestAttemptsQuery),
+		[]string{id}, []string{"store@v1"}, []string{"y"}).Scan(&raw))
 	require.NoError(t, json.Unmarshal([]byte(raw), &plan))
 	read := rowsRead(plan[0]["Plan"].(map[string]any), "computations")
 	require.LessOrEqual(t, read, 1.0, "one row read per node, not one per attempt ever made")

@@ -99,6 +99,7 @@ type Store struct {
 	channel     string
 	graphs      map[string]*graph.Graph
 	keys        []string
+	computed    [2][]string // the graph key and the name of each node served that is not an input
 	clock       clock.Clock
 	logger      *slog.Logger
 	onSave      func(g *graph.Graph, e graph.SaveEvent)
@@ -149,6 +150,11 @@ func New(cfg Config) (*Store, error) {
 		}
 		s.graphs[key] = g
 		s.keys = append(s.keys, key)
+		for _, n := range g.Nodes() {
+			if n.Kind() != graph.KindInput {
+				s.computed[0], s.computed[1] = append(s.computed[0], key), append(s.computed[1], n.Name())
+			}
+		}
 	}
 	// Replicas that serve the same graphs share a sweep lease; one that serves others sweeps them.
 	sorted := slices.Sorted(slices.Values(s.keys))
@@ -200,7 +206,7 @@ func (s *Store) notify(ctx context.Context, tx bun.IDB, payload string) error {
 // boundLocks makes the rest of a background transaction give up on any lock it waits for longer
 // than the store's lock timeout: a sweep, a wake-up or a promotion must not stall behind a frozen
 // replica; it tries again at its next pass.
-func (s *Store) boundLocks(ctx context.Context, tx bun.Tx) error {
+func (s *Store) boundLocks(ctx context.Context, tx bun.IDB) error {
 	_, err := tx.NewRaw(fmt.Sprintf("SET LOCAL lock_timeout = %d", s.lockTimeout.Milliseconds())).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("setting the lock timeout: %w", err)

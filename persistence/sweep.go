@@ -172,7 +172,7 @@ func (s *Store) abandon(ctx context.Context, limit int, res *SweepResult) error 
 // attempt alone.
 func (s *Store) abandonOne(ctx context.Context, row expired) (*Computation, error) {
 	var c *Computation
-	guard := func(ctx context.Context, tx bun.Tx) error {
+	guard := func(ctx context.Context, tx bun.IDB) error {
 		if err := s.boundLocks(ctx, tx); err != nil {
 			return err
 		}
@@ -190,7 +190,7 @@ func (s *Store) abandonOne(ctx context.Context, row expired) (*Computation, erro
 		c = got[0]
 		return nil
 	}
-	err := s.write(ctx, row.ExecutionID, guard, func(ctx context.Context, tx bun.Tx, st *execState) error {
+	err := s.write(ctx, row.ExecutionID, guard, func(ctx context.Context, tx bun.IDB, st *execState) error {
 		if s.hooks.Abandoning != nil {
 			s.hooks.Abandoning(c)
 		}

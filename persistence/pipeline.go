@@ -1,0 +1,146 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun"
+)
+
+// txn is a write transaction that goes out in as few round trips as its work allows. bun and pgx
+// share its one connection. The BEGIN and the statements that load what the write needs go
+// together in one pgx batch; a statement whose result decides what comes next goes through bun
+// on its own; and the statements that end the write (revisions, NOTIFY) are kept for the COMMIT,
+// and go with it in a last batch.
+//
+// Each statement of a batch takes its own snapshot, as it would on its own: a read queued after
+// a lock sees what the lock's previous holder committed.
+type txn struct {
+	bun.Conn // the statements through bun: a bun.IDB
+	// pg is the connection under Conn. database/sql lends it for as long as Conn is held, and the
+	// two are never used at once.
+	pg    *pgx.Conn
+	begun bool   // BEGIN has been sent
+	tail  []step // statements sent with the COMMIT
+}
+
+// step is one statement of a batch, and what reads its result; nil read discards it.
+type step struct {
+	sql  string
+	args []any
+	read func(br pgx.BatchResults) error
+}
+
+// inTxn runs fn in a txn and commits it. If fn fails, or the commit does, the transaction is
+// rolled back.
+func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) error) error {
+	return s.withConn(ctx, func(t *txn) error {
+		if err := fn(ctx, t); err != nil {
+			t.rollback(ctx)
+			return err
+		}
+		if err := t.send(ctx, append(t.tail, step{sql: "COMMIT"})...); err != nil {
+			t.rollback(ctx)
+			return fmt.Errorf("committing: %w", err)
+		}
+		return nil
+	})
+}
+
+// read sends steps that need no transaction of their own in one round trip. PostgreSQL runs
+// them in one implicit transaction, each with its own snapshot.
+func (s *Store) read(ctx context.Context, steps ...step) error {
+	return s.withConn(ctx, func(t *txn) error {
+		t.begun = true // no BEGIN
+		return t.send(ctx, steps...)
+	})
+}
+
+// withConn runs fn on a txn over a connection of the pool, which has not begun.
+func (s *Store) withConn(ctx context.Context, fn func(t *txn) error) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("taking a connection: %w", err)
+	}
+	defer conn.Close() // a connection left in a transaction is discarded, not reused
+	t := &txn{Conn: conn}
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("persistence: Config.DB must use pgx's stdlib driver, not %T", dc)
+		}
+		t.pg = c.Conn()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return fn(t)
+}
+
+// rollback ends a failed transaction. If that fails too, the connection still holds the
+// transaction, and the pool discards it when it comes back.
+func (t *txn) rollback(ctx context.Context) {
+	if !t.begun {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = t.pg.Exec(ctx, "ROLLBACK")
+}
+
+// begin sends the BEGIN now, if it has not gone yet: a bun statement is about to go first.
+func (t *txn) begin(ctx context.Context) error { return t.send(ctx) }
+
+// send sends steps in one round trip, behind the BEGIN if that has not gone yet, and reads their
+// results in order. The first error ends the batch: PostgreSQL skips what follows it.
+func (t *txn) send(ctx context.Context, steps ...step) (err error) {
+	if t.begun && len(steps) == 0 {
+		return nil
+	}
+	var b pgx.Batch
+	if !t.begun {
+		b.Queue("BEGIN")
+	}
+	for _, st := range steps {
+		b.Queue(st.sql, st.args...)
+	}
+	br := t.pg.SendBatch(ctx, &b)
+	defer func() { err = errors.Join(err, br.Close()) }()
+	if !t.begun {
+		t.begun = true
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	for _, st := range steps {
+		if st.read == nil {
+			_, err = br.Exec()
+		} else {
+			err = st.read(br)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// atCommit keeps a statement to send with the COMMIT.
+func (t *txn) atCommit(sql string, args ...any) { t.tail = append(t.tail, step{sql: sql, args: args}) }
+
+// collect is a step's read that scans every row of its result into *into, by column name.
+func collect[T any](into *[]*T) func(br pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		*into, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[T])
+		return err
+	}
+}
