@@ -52,9 +52,9 @@ func (r valueRow) toValue() graph.Value {
 // write runs fn on execution id, locked and loaded, in a transaction that then writes the
 // execution back (finish); after the commit it fires the OnSave events. before, if not nil, runs
 // first in the same transaction: a fenced write that must lock its computation row before the
-// execution is locked, as the lock order demands.
+// execution is locked, as the lock order demands. then go with the loads, after the lock.
 func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error,
-	fn func(ctx context.Context, tx bun.IDB, st *execState) error) error {
+	then []step, fn func(ctx context.Context, tx bun.IDB, st *execState) error) error {
 	var done []*execState
 	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
 		if before != nil {
@@ -65,7 +65,7 @@ func (s *Store) write(ctx context.Context, id string, before func(ctx context.Co
 				return err
 			}
 		}
-		sts, err := s.load(ctx, t, []string{id})
+		sts, err := s.load(ctx, t, []string{id}, nil, then)
 		if err != nil {
 			return err
 		}
@@ -109,17 +109,18 @@ type lockedExecution struct {
 
 // load locks the executions ids, in id order so that two writers of several executions never
 // wait on each other, and reads what advancing them needs: their values, and the newest attempt
-// of each node. before, the lock and the reads go in one round trip (with the BEGIN, if it has
-// not gone), one statement per table whatever the number of executions. It returns their states
-// in id order; an id may be given twice.
-func (s *Store) load(ctx context.Context, t *txn, ids []string, before ...step) ([]*execState, error) {
+// of each node. before, the lock, then, and the reads go in one round trip (with the BEGIN, if it
+// has not gone), one statement per table whatever the number of executions. It returns their
+// states in id order; an id may be given twice.
+func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []step) ([]*execState, error) {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	var rows []*lockedExecution
 	var vals []*valueRow
 	var latest []*Computation
-	err := t.send(ctx, append(before,
-		step{s.q(`SELECT e.*, coalesce($1::timestamptz, now()) AS tx_now FROM {s}.executions e
-			WHERE e.id = ANY($2::text[]) ORDER BY e.id FOR UPDATE`), []any{s.clock.NowOrNil(), ids}, collect(&rows)},
+	steps := append(before, step{s.q(`SELECT e.*, coalesce($1::timestamptz, now()) AS tx_now FROM {s}.executions e
+			WHERE e.id = ANY($2::text[]) ORDER BY e.id FOR UPDATE`), []any{s.clock.NowOrNil(), ids}, collect(&rows)})
+	steps = append(steps, then...)
+	err := t.send(ctx, append(steps,
 		step{s.q(`SELECT execution_id, node, value, metadata, revision, set_at FROM {s}."values"
 			WHERE execution_id = ANY($1::text[])`), []any{ids}, collect(&vals)},
 		step{s.q(latestAttemptsQuery), []any{ids, s.computed[0], s.computed[1]}, collect(&latest)},
@@ -208,28 +209,40 @@ func (w *valueWrites) add(id, node string, raw, meta json.RawMessage, rev int64)
 	w.metas, w.revs = append(w.metas, string(meta)), append(w.revs, rev)
 }
 
-// writeValues writes values, at most one per execution and node, in one statement, each unless it
-// equals the stored one, and records the changes in the history in the same statement. It returns
-// the rows that changed.
+// writeValuesQuery writes values, at most one per execution and node, in one statement, each
+// unless it equals the stored one, and records the changes in the history in the same statement.
+// It returns the rows that changed. A revision of 0 is the execution's revision plus one: the
+// writer holds the execution's row, and writes back that revision.
+const writeValuesQuery = `WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::text[], ?::bigint[])
+			WITH ORDINALITY AS i(execution_id, node, value, metadata, revision, ord)),
+	v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
+		SELECT i.execution_id, i.node, i.value, nullif(i.metadata, '')::jsonb,
+			coalesce(nullif(i.revision, 0), e.revision + 1), coalesce(?::timestamptz, now())
+		FROM i JOIN {s}.executions e ON e.id = i.execution_id ORDER BY i.ord
+		ON CONFLICT (execution_id, node) DO UPDATE
+		SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
+		WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
+		RETURNING execution_id, node, value, metadata, revision, set_at),
+	h AS (INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
+		SELECT * FROM v)
+	SELECT * FROM v`
+
+// writeValues runs writeValuesQuery: it writes w at time now.
 func (s *Store) writeValues(ctx context.Context, tx bun.IDB, w valueWrites, now time.Time) ([]*valueRow, error) {
 	var rows []*valueRow
-	err := tx.NewRaw(s.q(`WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::text[], ?::bigint[])
-				WITH ORDINALITY AS i(execution_id, node, value, metadata, revision, ord)),
-		v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
-			SELECT execution_id, node, value, nullif(metadata, '')::jsonb, revision, ? FROM i ORDER BY ord
-			ON CONFLICT (execution_id, node) DO UPDATE
-			SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
-			WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
-			RETURNING execution_id, node, value, metadata, revision, set_at),
-		h AS (INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
-			SELECT * FROM v)
-		SELECT * FROM v`),
-		pgdialect.Array(w.ids), pgdialect.Array(w.nodes), pgdialect.Array(w.raws), pgdialect.Array(w.metas),
-		pgdialect.Array(w.revs), now).Scan(ctx, &rows)
+	err := tx.NewRaw(s.q(writeValuesQuery), pgdialect.Array(w.ids), pgdialect.Array(w.nodes), pgdialect.Array(w.raws),
+		pgdialect.Array(w.metas), pgdialect.Array(w.revs), now).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("writing %d value(s): %w", len(w.ids), err)
 	}
 	return rows, nil
+}
+
+// writeValuesStep is writeValuesQuery as a step of a batch, at the transaction's time. It reads
+// the rows that changed into rows.
+func (s *Store) writeValuesStep(w valueWrites, rows *[]*valueRow) step {
+	return step{dollars(s.q(writeValuesQuery)), []any{w.ids, w.nodes, w.raws, w.metas, w.revs, s.clock.NowOrNil()},
+		collect(rows)}
 }
 
 // recordSave queues the OnSave event of a value written, if its node or the graph has a callback.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 
 	"github.com/uptrace/bun"
 
@@ -166,26 +165,28 @@ func (s *Store) LoadExecution(ctx context.Context, id string) (*Execution, error
 // execution. Values equal to the stored ones (and with the same metadata) change nothing. It
 // returns the execution's revision afterwards.
 func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.RawMessage, meta json.RawMessage, unset []string) (int64, error) {
-	nodes := make([]string, 0, len(set))
-	for name := range set {
-		nodes = append(nodes, name)
+	// The values go with the lock and the loads, in one round trip, at the execution's next
+	// revision: the loads see them. A node that is not an input rolls them back.
+	var w valueWrites
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		w.add(id, name, set[name], meta, 0)
 	}
-	sort.Strings(nodes)
+	var then []step
+	var written []*valueRow
+	if len(w.ids) > 0 {
+		then = append(then, s.writeValuesStep(w, &written))
+	}
 	var rev int64
-	err := s.write(ctx, id, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
-		for _, name := range append(append([]string(nil), nodes...), unset...) {
+	err := s.write(ctx, id, nil, then, func(ctx context.Context, tx bun.IDB, st *execState) error {
+		for _, name := range append(slices.Clone(w.nodes), unset...) {
 			if err := CheckInput(st.g, name); err != nil {
 				return err
 			}
 		}
 		st.revision++ // every change below is at this revision; taken back if nothing changes
-		changed := false
-		for _, name := range nodes {
-			ok, err := s.upsertValue(ctx, tx, st, name, set[name], meta, st.revision)
-			if err != nil {
-				return err
-			}
-			changed = changed || ok
+		changed := len(written) > 0
+		for _, r := range written {
+			st.recordSave(r.Node, r.toValue())
 		}
 		for _, name := range unset {
 			if !st.values.Has(name) {
@@ -201,6 +202,7 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 			rev = st.revision
 			return nil
 		}
+		st.changed = true
 		err := s.advance(ctx, tx, st)
 		rev = st.revision
 		return err

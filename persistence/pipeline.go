@@ -2,8 +2,9 @@ package persistence
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -110,7 +111,11 @@ func (t *txn) send(ctx context.Context, steps ...step) (err error) {
 		b.Queue(st.sql, st.args...)
 	}
 	br := t.pg.SendBatch(ctx, &b)
-	defer func() { err = errors.Join(err, br.Close()) }()
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	if !t.begun {
 		t.begun = true
 		if _, err := br.Exec(); err != nil {
@@ -143,4 +148,20 @@ func collect[T any](into *[]*T) func(br pgx.BatchResults) error {
 		*into, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[T])
 		return err
 	}
+}
+
+// dollars numbers the ? placeholders of a bun query as pgx's $1, $2, …, so that bun and a batch
+// can share it. The queries it is used on have no other question mark.
+func dollars(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r != '?' {
+			b.WriteRune(r)
+			continue
+		}
+		n++
+		b.WriteString("$" + strconv.Itoa(n))
+	}
+	return b.String()
 }

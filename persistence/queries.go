@@ -17,7 +17,7 @@ var ErrNotFailed = errors.New("journey: node has not failed")
 // SetArchived archives or unarchives an execution. Archived executions are left out of listings
 // and loads; their waiting attempts are canceled, and revived by Unarchive.
 func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error {
-	return s.write(ctx, id, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
+	return s.write(ctx, id, nil, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
 		if (st.exec.ArchivedAt != nil) == archived {
 			return nil
 		}
@@ -35,7 +35,7 @@ func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error
 
 // Retry gives a node that used up its attempts a fresh budget: a new first attempt.
 func (s *Store) Retry(ctx context.Context, id, node string) error {
-	return s.write(ctx, id, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
+	return s.write(ctx, id, nil, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
 		n, ok := st.g.Node(node)
 		if !ok {
 			return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), node)
@@ -82,7 +82,7 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 	}
 	woken := 0
 	for _, id := range ids {
-		err := s.write(ctx, id, s.boundLocks, func(ctx context.Context, tx bun.IDB, st *execState) error {
+		err := s.write(ctx, id, s.boundLocks, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
 			return s.advance(ctx, tx, st) // a no-op if another replica got there first
 		})
 		if err == nil {

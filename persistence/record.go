@@ -43,7 +43,7 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		for i, o := range outs {
 			ids[i] = o.C.ExecutionID
 		}
-		loaded, err := s.load(ctx, t, ids, s.fenceAll(outs, &fenced))
+		loaded, err := s.load(ctx, t, ids, []step{s.fenceAll(outs, &fenced)}, nil)
 		if err != nil {
 			return err
 		}
