@@ -72,7 +72,8 @@ type Runtime struct {
 }
 
 // New connects to the database, migrates the schema (safe when several replicas start at once),
-// and starts this replica's actors: the dispatcher, the listener and the sweeper.
+// records the graph versions it serves (for journey graphs and the dashboard), and starts this
+// replica's actors: the dispatcher, the listener and the sweeper.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -139,6 +140,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.closePool()
 		return nil, fmt.Errorf("journey: %w", err)
 	}
+	if err := store.RecordGraphs(ctx); err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: %w", err)
+	}
 	r.start()
 	// Notifications are the main wake-up path: New returns once the replica hears them, so that a
 	// write made right after it is not left to the poll.
@@ -183,6 +188,10 @@ func (r *Runtime) start() {
 		},
 		Send: r.send, PollInterval: r.cfg.PollInterval, Logger: r.logger,
 	}))
+	r.sweep = sweeper.New(sweeper.Config{
+		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.SweepInterval, Retention: r.cfg.Retention, Logger: r.logger,
+	})
+	r.sweeper = root.Spawn(r.sweep.Props())
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
 	connCfg := r.pool.Config().ConnConfig
 	r.listener = root.Spawn(actors.NewListener(actors.ListenerConfig{
@@ -193,18 +202,16 @@ func (r *Runtime) start() {
 			r.waiters.wake(id)
 		},
 		OnNotice:  func() { root.Send(r.delivery, actors.Wake{}) },
+		OnRequest: func() { root.Send(r.sweeper, sweeper.Requests{}) },
 		Listening: r.listening,
 		OnReconnect: func() {
 			wake()
 			root.Send(r.delivery, actors.Wake{})
+			root.Send(r.sweeper, sweeper.Requests{})
 			r.waiters.wakeAll()
 		},
 		Logger: r.logger,
 	}))
-	r.sweep = sweeper.New(sweeper.Config{
-		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.SweepInterval, Retention: r.cfg.Retention, Logger: r.logger,
-	})
-	r.sweeper = root.Spawn(r.sweep.Props())
 }
 
 // fireSave runs the OnSave callbacks of a committed change, the node's first and then the

@@ -23,6 +23,8 @@ type ListenerConfig struct {
 	OnExecution func(id string)
 	// OnNotice is called when a lifecycle notification was claimed.
 	OnNotice func()
+	// OnRequest, if set, is called when an operator's request was recorded.
+	OnRequest func()
 	// OnReconnect is called after the connection was re-established: notifications may have been
 	// missed, so everyone should look again.
 	OnReconnect func()
@@ -109,6 +111,8 @@ func (l *listener) listen(ctx context.Context) error {
 			l.cfg.OnWork()
 		case n.Payload == persistence.PayloadNotice:
 			l.cfg.OnNotice()
+		case n.Payload == persistence.PayloadRequest && l.cfg.OnRequest != nil:
+			l.cfg.OnRequest()
 		case strings.HasPrefix(n.Payload, persistence.PayloadExecution):
 			for _, id := range strings.Split(strings.TrimPrefix(n.Payload, persistence.PayloadExecution), ",") {
 				l.cfg.OnExecution(id)

@@ -221,22 +221,22 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 
 // Claim is a row of notification_claims, with its deliveries.
 type Claim struct {
-	Event          string     `bun:"event"`
-	Phase          int        `bun:"phase"`
-	IdempotencyKey string     `bun:"idempotency_key"`
-	ClaimedAt      time.Time  `bun:"claimed_at"`
-	Deliveries     []Delivery `bun:"-"`
+	Event          string     `bun:"event" json:"event"`
+	Phase          int        `bun:"phase" json:"phase"`
+	IdempotencyKey string     `bun:"idempotency_key" json:"idempotency_key"`
+	ClaimedAt      time.Time  `bun:"claimed_at" json:"claimed_at"`
+	Deliveries     []Delivery `bun:"-" json:"deliveries"`
 }
 
 // Delivery is a row of notification_deliveries.
 type Delivery struct {
-	IdempotencyKey string     `bun:"idempotency_key"`
-	Target         string     `bun:"target"`
-	State          string     `bun:"state"`
-	Attempts       int        `bun:"attempts"`
-	NextAttemptAt  time.Time  `bun:"next_attempt_at"`
-	LastError      *string    `bun:"last_error"`
-	DeliveredAt    *time.Time `bun:"delivered_at"`
+	IdempotencyKey string     `bun:"idempotency_key" json:"-"`
+	Target         string     `bun:"target" json:"target"`
+	State          string     `bun:"state" json:"state"`
+	Attempts       int        `bun:"attempts" json:"attempts"`
+	NextAttemptAt  time.Time  `bun:"next_attempt_at" json:"next_attempt_at"`
+	LastError      *string    `bun:"last_error" json:"last_error,omitempty"`
+	DeliveredAt    *time.Time `bun:"delivered_at" json:"delivered_at,omitempty"`
 }
 
 // Notifications lists the claims of an execution, oldest first, with their deliveries.

@@ -18,45 +18,56 @@ var ErrNotFailed = errors.New("journey: node has not failed")
 // and loads; their waiting attempts are canceled, and revived by Unarchive.
 func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error {
 	return s.write(ctx, id, nil, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
-		if (st.exec.ArchivedAt != nil) == archived {
-			return nil
-		}
-		if err := s.setArchived(ctx, tx, st, archived); err != nil {
-			return err
-		}
-		st.revision++
-		st.changed = true
-		if archived {
-			return nil
-		}
-		return s.advance(ctx, tx, st) // what changed while it was archived
+		return s.archive(ctx, tx, st, archived)
 	})
+}
+
+// archive archives or unarchives the execution st, locked and loaded.
+func (s *Store) archive(ctx context.Context, tx bun.IDB, st *execState, archived bool) error {
+	if (st.exec.ArchivedAt != nil) == archived {
+		return nil
+	}
+	if err := s.setArchived(ctx, tx, st, archived); err != nil {
+		return err
+	}
+	st.revision++
+	st.changed = true
+	if archived {
+		return nil
+	}
+	return s.advance(ctx, tx, st) // what changed while it was archived
 }
 
 // Retry gives a node that used up its attempts a fresh budget: a new first attempt.
 func (s *Store) Retry(ctx context.Context, id, node string) error {
 	return s.write(ctx, id, nil, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
-		n, ok := st.g.Node(node)
-		if !ok {
-			return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), node)
-		}
-		latest := st.latest[node]
-		if latest == nil || !latest.failedForGood() {
-			return fmt.Errorf("%w: node %q of %s; only a node whose attempts are used up can be retried", ErrNotFailed, node, id)
-		}
-		c, err := s.insertComputation(ctx, tx, st, n, 1, signature(Signature(n, st.dueView())), 0)
-		if err != nil {
-			return err
-		}
-		st.latest[node] = c
-		st.changed = true
-		// A new failure phase: a later failure is notified again.
-		_, err = tx.NewRaw(s.q("UPDATE {s}.executions SET failure_phase = failure_phase + 1 WHERE id = ?"), id).Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("re-arming the failure notification of %s: %w", id, err)
-		}
-		return nil
+		return s.retry(ctx, tx, st, node)
 	})
+}
+
+// retry gives node of the execution st, locked and loaded, a new first attempt.
+func (s *Store) retry(ctx context.Context, tx bun.IDB, st *execState, node string) error {
+	id := st.exec.ID
+	n, ok := st.g.Node(node)
+	if !ok {
+		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), node)
+	}
+	latest := st.latest[node]
+	if latest == nil || !latest.failedForGood() {
+		return fmt.Errorf("%w: node %q of %s; only a node whose attempts are used up can be retried", ErrNotFailed, node, id)
+	}
+	c, err := s.insertComputation(ctx, tx, st, n, 1, signature(Signature(n, st.dueView())), 0)
+	if err != nil {
+		return err
+	}
+	st.latest[node] = c
+	st.changed = true
+	// A new failure phase: a later failure is notified again.
+	_, err = tx.NewRaw(s.q("UPDATE {s}.executions SET failure_phase = failure_phase + 1 WHERE id = ?"), id).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("re-arming the failure notification of %s: %w", id, err)
+	}
+	return nil
 }
 
 // wakeRetry is how long an execution whose due-tick advance failed waits before the next try, so
@@ -105,11 +116,11 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 
 // Change is one change of a value, for History.
 type Change struct {
-	Node     string          `bun:"node"`
-	Value    json.RawMessage `bun:"value"` // nil when the value was cleared
-	Metadata json.RawMessage `bun:"metadata"`
-	Revision int64           `bun:"revision"`
-	At       time.Time       `bun:"changed_at"`
+	Node     string          `bun:"node" json:"node"`
+	Value    json.RawMessage `bun:"value" json:"value"` // nil when the value was cleared
+	Metadata json.RawMessage `bun:"metadata" json:"metadata,omitempty"`
+	Revision int64           `bun:"revision" json:"revision"`
+	At       time.Time       `bun:"changed_at" json:"at"`
 }
 
 // History lists every change of every value of an execution, oldest first.

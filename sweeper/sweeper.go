@@ -82,6 +82,17 @@ func New(cfg Config) *Sweeper {
 	return &Sweeper{cfg: cfg, logger: cfg.Logger.With("service", "sweeper")}
 }
 
+// CarryOut carries out the open requests of the served graphs (journey retry, archive,
+// unarchive), and logs what it did. Each replica runs it when a request is announced, and at
+// each pass, whether it holds the sweep lease or not.
+func (s *Sweeper) CarryOut(ctx context.Context) (int, error) {
+	n, err := s.cfg.Store.CarryOut(ctx, s.cfg.ReplicaID, s.cfg.BatchSize)
+	if n > 0 {
+		s.logger.Info("requests carried out", "count", n)
+	}
+	return n, err
+}
+
 // RunOnce runs one pass and logs what it did.
 func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) {
 	res, err := s.cfg.Store.Sweep(ctx, persistence.SweepOptions{
@@ -124,6 +135,9 @@ func (s *Sweeper) Release(ctx context.Context) error {
 
 type tick struct{}
 
+// Requests asks the sweeper actor to carry out the open requests now.
+type Requests struct{}
+
 // Props returns the sweeper actor: it runs a pass every Interval, and at once again after a full
 // batch.
 func (s *Sweeper) Props() *actor.Props {
@@ -142,7 +156,10 @@ func (a *sweeperActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.timers = scheduler.NewTimerScheduler(ctx)
 		a.cancel = a.timers.SendOnce(a.s.cfg.Interval, ctx.Self(), tick{})
+	case Requests:
+		a.carryOut()
 	case tick:
+		a.carryOut()
 		pctx, cancel := context.WithTimeout(context.Background(), passTimeout)
 		res, err := a.s.RunOnce(pctx)
 		cancel()
@@ -157,5 +174,14 @@ func (a *sweeperActor) Receive(ctx actor.Context) {
 		if a.cancel != nil {
 			a.cancel()
 		}
+	}
+}
+
+// carryOut carries out the open requests, logging a failure: the next pass tries again.
+func (a *sweeperActor) carryOut() {
+	ctx, cancel := context.WithTimeout(context.Background(), passTimeout)
+	defer cancel()
+	if _, err := a.s.CarryOut(ctx); err != nil {
+		a.s.logger.Warn("carrying out requests failed", "error", err)
 	}
 }

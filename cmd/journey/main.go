@@ -1,5 +1,6 @@
 // Command journey is the command-line tool of journey-go: it runs a throwaway PostgreSQL for
-// development and tests, migrates a database, and measures the runtime.
+// development and tests, migrates a database, measures the runtime, and lets operators inspect
+// and act on executions.
 //
 // Usage:
 //
@@ -7,6 +8,11 @@
 //	journey dev -- go test ./...      run a command against a throwaway PostgreSQL
 //	journey migrate [-schema journey] apply pending migrations to $DATABASE_URL
 //	journey bench -n 5000             measure throughput and latency (see journey bench -h)
+//	journey graphs                    the graph versions served, with executions by state
+//	journey executions list [flags]   executions, newest first, filtered and paged
+//	journey executions show ID        everything about one execution
+//	journey replicas                  the replicas, their heartbeats and what they run
+//	journey retry ID NODE             retry a failed node (archive ID, unarchive ID alike)
 //
 // Run it from the module with go run ./cmd/journey.
 package main
@@ -19,6 +25,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"github.com/journey-go/journey/persistence"
 )
 
 // command is a subcommand of journey.
@@ -32,12 +40,20 @@ type command struct {
 type environment struct {
 	stdout, stderr io.Writer
 	logger         *slog.Logger
+	// getenv reads the environment: os.Getenv, or a test's own variables.
+	getenv func(key string) string
 }
 
 var commands = []command{
 	{name: "dev", summary: "run a throwaway PostgreSQL, alone or for one command", run: runDev},
 	{name: "migrate", summary: "apply pending migrations to $DATABASE_URL", run: runMigrate},
 	{name: "bench", summary: "measure throughput and latency, like river bench", run: runBench},
+	{name: "graphs", summary: "list the graph versions, their replicas and executions by state", run: runGraphs},
+	{name: "executions", summary: "list executions (list), or show one (show ID)", run: runExecutions},
+	{name: "replicas", summary: "list the replicas, their heartbeat age and what they run", run: runReplicas},
+	{name: "retry", summary: "give a failed node a fresh attempt budget (ID NODE)", run: runAction(persistence.ActionRetry)},
+	{name: "archive", summary: "archive an execution (ID)", run: runAction(persistence.ActionArchive)},
+	{name: "unarchive", summary: "unarchive an execution (ID)", run: runAction(persistence.ActionUnarchive)},
 }
 
 func main() {
@@ -45,6 +61,7 @@ func main() {
 		stdout: os.Stdout,
 		stderr: os.Stderr,
 		logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		getenv: os.Getenv,
 	}
 	os.Exit(run(context.Background(), env, os.Args[1:]))
 }
@@ -88,7 +105,7 @@ Usage:
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Run "journey <command> -h" for the flags of a command.
@@ -98,6 +115,9 @@ Examples:
   journey dev -- go test ./...         # run the tests against a throwaway PostgreSQL
   journey migrate -schema journey      # migrate the database at $DATABASE_URL
   journey bench -n 5000                # time one replica draining 5000 ready executions
+  journey executions list --state failed
+  journey executions show ID --json
+  journey retry ID NODE                # a replica serving the graph runs NODE again
 `)
 }
 

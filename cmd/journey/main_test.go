@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,6 +24,7 @@ func runJourney(t *testing.T, args ...string) (int, string, string) {
 		stdout: &stdout,
 		stderr: &stderr,
 		logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+		getenv: os.Getenv,
 	}
 	code := run(t.Context(), env, args)
 	return code, stdout.String(), stderr.String()

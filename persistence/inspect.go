@@ -1,0 +1,476 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The states of an execution, as operators see them. An execution is in the first that applies.
+const (
+	// ExecArchived: the execution is archived.
+	ExecArchived = "archived"
+	// ExecFailed: a node has used up its attempts, and no Retry has followed.
+	ExecFailed = "failed"
+	// ExecRunning: a computation is running.
+	ExecRunning = "running"
+	// ExecWaiting: a computation waits to run (PENDING or AVAILABLE).
+	ExecWaiting = "waiting"
+	// ExecCompleted: the graph's CompletesWhen gate has held with nothing left to run.
+	ExecCompleted = "completed"
+	// ExecIdle: nothing runs or waits to run; the execution waits for its inputs, if anything.
+	ExecIdle = "idle"
+)
+
+// ExecStates are the states of an execution, in the order in which they apply.
+var ExecStates = []string{ExecArchived, ExecFailed, ExecRunning, ExecWaiting, ExecCompleted, ExecIdle}
+
+// stateExpr computes the state of execution e. Each test is an index lookup on the execution.
+const stateExpr = `CASE WHEN e.archived_at IS NOT NULL THEN 'archived'
+	WHEN EXISTS (SELECT 1 FROM {s}.notification_claims n
+		WHERE n.execution_id = e.id AND n.event = 'execution.failed' AND n.phase = e.failure_phase) THEN 'failed'
+	WHEN EXISTS (SELECT 1 FROM {s}.computations c WHERE c.execution_id = e.id AND c.state = 'RUNNING') THEN 'running'
+	WHEN EXISTS (SELECT 1 FROM {s}.computations c
+		WHERE c.execution_id = e.id AND (c.state = 'PENDING' OR c.state = 'AVAILABLE')) THEN 'waiting'
+	WHEN EXISTS (SELECT 1 FROM {s}.notification_claims n
+		WHERE n.execution_id = e.id AND n.event = 'execution.completed') THEN 'completed'
+	ELSE 'idle' END`
+
+// candidates are, for each state but idle, a set of execution ids that holds every execution in
+// that state and that an index gives directly: the query filters them by stateExpr, instead of
+// testing every execution of the table.
+var candidates = map[string]string{
+	ExecFailed:  `SELECT execution_id FROM {s}.notification_claims WHERE event = 'execution.failed'`,
+	ExecRunning: `SELECT execution_id FROM {s}.computations WHERE state = 'RUNNING'`,
+	// OR, not IN: the planner ORs the two partial indexes in a bitmap for an OR only.
+	ExecWaiting:   `SELECT execution_id FROM {s}.computations WHERE state = 'PENDING' OR state = 'AVAILABLE'`,
+	ExecCompleted: `SELECT execution_id FROM {s}.notification_claims WHERE event = 'execution.completed'`,
+}
+
+// GraphSummary is a recorded graph version, with the live replicas that serve it and its
+// executions counted by state.
+type GraphSummary struct {
+	GraphVersion
+	// Replicas are the live replicas that serve it.
+	Replicas []string `bun:"replicas,array" json:"replicas"`
+	// Executions counts its executions, archived included.
+	Executions int64 `bun:"executions" json:"executions"`
+	// States counts its executions in the states archived, failed, running and waiting.
+	States map[string]int64 `bun:"-" json:"states"`
+}
+
+// GraphSummaries lists the recorded graph versions, by name and then oldest first.
+//
+// The totals read the executions table once (a sequential scan: about 0.6s for 1M executions on
+// a busy 2-core machine). The counts of failed, running and waiting executions read only the
+// executions that the partial indexes of active computations and failure claims name.
+func (s *Store) GraphSummaries(ctx context.Context) ([]GraphSummary, error) {
+	var out []GraphSummary
+	err := s.db.NewRaw(s.q(`SELECT v.*,
+			ARRAY(SELECT r.replica_id FROM {s}.replica_heartbeats r
+				WHERE v.graph_name || '@' || v.graph_version = ANY(r.graphs)
+					AND r.last_heartbeat >= coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond'
+				ORDER BY r.replica_id) AS replicas,
+			0 AS executions
+		FROM {s}.graph_versions v ORDER BY v.graph_name, v.first_seen_at, v.graph_version`), s.clock.NowOrNil()).Scan(ctx, &out)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("listing graph versions: %w", err)
+	}
+	var totals []struct {
+		Name     string `bun:"graph_name"`
+		Version  string `bun:"graph_version"`
+		N        int64  `bun:"n"`
+		Archived int64  `bun:"archived"`
+	}
+	err = s.db.NewRaw(s.q(`SELECT graph_name, graph_version, count(*) AS n,
+			count(*) FILTER (WHERE archived_at IS NOT NULL) AS archived
+		FROM {s}.executions GROUP BY graph_name, graph_version`)).Scan(ctx, &totals)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("counting executions by graph: %w", err)
+	}
+	var states []struct {
+		Name    string `bun:"graph_name"`
+		Version string `bun:"graph_version"`
+		State   string `bun:"state"`
+		N       int64  `bun:"n"`
+	}
+	err = s.db.NewRaw(s.q(`SELECT graph_name, graph_version, state, count(*) AS n FROM (
+			SELECT e.graph_name, e.graph_version, `+stateExpr+` AS state FROM {s}.executions e
+			WHERE e.archived_at IS NULL AND e.id IN (`+candidates[ExecFailed]+` UNION `+
+		candidates[ExecRunning]+` UNION `+candidates[ExecWaiting]+`)) c
+		WHERE state IN ('failed', 'running', 'waiting') GROUP BY graph_name, graph_version, state`)).Scan(ctx, &states)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("counting executions by graph and state: %w", err)
+	}
+	out = orEmpty(out)
+	for i := range out {
+		g := &out[i]
+		g.States = map[string]int64{ExecArchived: 0, ExecFailed: 0, ExecRunning: 0, ExecWaiting: 0}
+		for _, t := range totals {
+			if t.Name == g.Name && t.Version == g.Version {
+				g.Executions, g.States[ExecArchived] = t.N, t.Archived
+			}
+		}
+		for _, c := range states {
+			if c.Name == g.Name && c.Version == g.Version {
+				g.States[c.State] = c.N
+			}
+		}
+	}
+	return out, nil
+}
+
+// ExecutionRow is an execution in a listing, with its state.
+type ExecutionRow struct {
+	ID         string     `bun:"id" json:"id"`
+	Graph      string     `bun:"graph_name" json:"graph"`
+	Version    string     `bun:"graph_version" json:"version"`
+	Revision   int64      `bun:"revision" json:"revision"`
+	State      string     `bun:"state" json:"state"`
+	CreatedAt  time.Time  `bun:"created_at" json:"created_at"`
+	UpdatedAt  time.Time  `bun:"updated_at" json:"updated_at"`
+	ArchivedAt *time.Time `bun:"archived_at" json:"archived_at,omitempty"`
+}
+
+// Cursor is where a page of executions ends: the next page starts after it. Its text form is
+// the creation time, a comma, and the id.
+type Cursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// String is the cursor's text form, which ParseCursor reads.
+func (c Cursor) String() string { return c.CreatedAt.UTC().Format(time.RFC3339Nano) + "," + c.ID }
+
+// ParseCursor reads a cursor's text form.
+func ParseCursor(s string) (Cursor, error) {
+	at, id, ok := strings.Cut(s, ",")
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if !ok || err != nil || id == "" {
+		return Cursor{}, fmt.Errorf("journey: bad cursor %q: pass on the one a listing printed, such as 2025-01-02T15:04:05.123456Z,EXEC1", s)
+	}
+	return Cursor{CreatedAt: t, ID: id}, nil
+}
+
+// ExecutionFilter selects a page of executions, newest first.
+type ExecutionFilter struct {
+	// Graph and Version, if set, keep the executions of that graph (and version).
+	Graph, Version string
+	// Where keeps the executions whose nodes have these values (OpEq filters and the others of
+	// ListQuery).
+	Where []Filter
+	// State, if set, keeps the executions in that state (one of ExecStates).
+	State string
+	// Archived includes the archived executions. State ExecArchived implies it.
+	Archived bool
+	// Limit is the page size. Default 50.
+	Limit int
+	// After, if set, starts the page after this cursor.
+	After *Cursor
+}
+
+// ExecutionPage is a page of executions, and the cursor of the next page if there is one.
+type ExecutionPage struct {
+	Executions []ExecutionRow `json:"executions"`
+	Next       *Cursor        `json:"-"`
+}
+
+// ListPage returns a page of the executions that f selects, newest first, keyset-paged on
+// (created_at, id). It checks f against the recorded graph versions: an unknown graph, version,
+// node or state is an error that says so, rather than an empty page.
+//
+// EXPLAIN ANALYZE of a page after a cursor, unfiltered, with 1M executions (0.9 ms; the first
+// page 3 ms, a graph and version 0.9 ms, --state failed with 1000 failed 70 ms):
+//
+//	Subquery Scan on e (actual time=0.745..0.770 rows=51 loops=1)
+//	  ->  Limit (actual time=0.007..0.020 rows=51 loops=1)
+//	        ->  Index Scan Backward using executions_created_idx on executions e_1 (rows=51 loops=1)
+//	              Index Cond: (ROW(created_at, id) < ROW('2026-11-23 07:52:42.410136+00', 'EX00000003'))
+//	              Filter: (archived_at IS NULL)
+//	  SubPlan 2 .. SubPlan 8: the state of the 51 rows, from notification_claims_failed_idx,
+//	        computations_running_replica_idx, and computations_pending_idx OR computations_available_idx
+//	Execution Time: 0.908 ms
+//
+// With Graph and Version it walks executions_graph_idx backwards (an incremental sort on id),
+// and with a State it starts from that state's candidates (a partial index), joined to
+// executions_pkey.
+func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage, error) {
+	if err := s.checkFilter(ctx, f); err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	from, args, err := s.where(ListQuery{Graph: f.Graph, Version: f.Version, Filters: f.Where,
+		IncludeArchived: f.Archived || f.State == ExecArchived})
+	if err != nil {
+		return nil, err
+	}
+	switch f.State {
+	case "":
+	case ExecArchived:
+		from += " AND e.archived_at IS NOT NULL"
+	case ExecIdle:
+		from += " AND (" + stateExpr + ") = 'idle'"
+	default:
+		from += " AND e.id IN (" + candidates[f.State] + ") AND (" + stateExpr + ") = ?"
+		args = append(args, f.State)
+	}
+	if f.After != nil {
+		from += " AND (e.created_at, e.id) < (?, ?)"
+		args = append(args, f.After.CreatedAt, f.After.ID)
+	}
+	// The state of each row is computed on the page alone, outside the LIMIT, so that the
+	// planner looks each one up by the execution's id.
+	query := "SELECT e.id, e.graph_name, e.graph_version, e.revision, e.created_at, e.updated_at, e.archived_at, " +
+		stateExpr + " AS state FROM (SELECT e.*" + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e" +
+		" ORDER BY e.created_at DESC, e.id DESC"
+	args = append(args, limit+1)
+	var rows []ExecutionRow
+	if err := s.db.NewRaw(s.q(query), args...).Scan(ctx, &rows); err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("listing executions: %w", err)
+	}
+	page := &ExecutionPage{Executions: rows}
+	if len(rows) > limit {
+		page.Executions = rows[:limit]
+		last := rows[limit-1]
+		page.Next = &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	if page.Executions == nil {
+		page.Executions = []ExecutionRow{}
+	}
+	return page, nil
+}
+
+// checkFilter reports what in f names nothing that exists.
+func (s *Store) checkFilter(ctx context.Context, f ExecutionFilter) error {
+	if f.State != "" && !slices.Contains(ExecStates, f.State) {
+		return fmt.Errorf("%w: unknown state %q: use one of %s", ErrBadRequest, f.State, strings.Join(ExecStates, ", "))
+	}
+	if f.Version != "" && f.Graph == "" {
+		return fmt.Errorf("%w: a version (%q) needs a graph name too", ErrBadRequest, f.Version)
+	}
+	if f.Graph == "" && len(f.Where) == 0 {
+		return nil
+	}
+	var versions []GraphVersion
+	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.graph_versions
+		WHERE (? = '' OR graph_name = ?) AND (? = '' OR graph_version = ?)`),
+		f.Graph, f.Graph, f.Version, f.Version).Scan(ctx, &versions)
+	if err != nil && !isNoRows(err) {
+		return fmt.Errorf("reading the graph versions: %w", err)
+	}
+	if f.Graph != "" && len(versions) == 0 {
+		what := fmt.Sprintf("graph %q", f.Graph)
+		if f.Version != "" {
+			what += fmt.Sprintf(" version %q", f.Version)
+		}
+		return fmt.Errorf("%w: no replica has recorded %s in schema %s; `journey graphs` lists the graphs",
+			ErrUnknownGraph, what, s.schema)
+	}
+	for _, w := range f.Where {
+		known := slices.ContainsFunc(versions, func(v GraphVersion) bool { _, ok := v.Node(w.Node); return ok })
+		if !known {
+			return fmt.Errorf("%w: no recorded graph version has a node %q; `journey graphs --json` lists the nodes",
+				ErrUnknownNode, w.Node)
+		}
+	}
+	return nil
+}
+
+// Value is a value of an execution, for inspection.
+type Value struct {
+	Node     string          `bun:"node" json:"node"`
+	Value    json.RawMessage `bun:"value" json:"value"`
+	Metadata json.RawMessage `bun:"metadata" json:"metadata,omitempty"`
+	Revision int64           `bun:"revision" json:"revision"`
+	SetAt    time.Time       `bun:"set_at" json:"set_at"`
+}
+
+// Waiting says what a node without a value waits for.
+type Waiting struct {
+	Node string `json:"node"`
+	Kind string `json:"kind"`
+	Gate string `json:"gate,omitempty"`
+	// Reason is readable text, such as `gate needs(email): "email" is not set`.
+	Reason string `json:"reason"`
+}
+
+// Attempt is one attempt of a computation, for inspection.
+type Attempt struct {
+	ID          int64      `bun:"id" json:"id"`
+	Node        string     `bun:"node" json:"node"`
+	State       string     `bun:"state" json:"state"`
+	Attempt     int        `bun:"attempt" json:"attempt"`
+	MaxAttempts int        `bun:"max_attempts" json:"max_attempts"`
+	ReplicaID   *string    `bun:"replica_id" json:"replica_id,omitempty"`
+	RunAt       time.Time  `bun:"run_at" json:"run_at"`
+	ClaimedAt   *time.Time `bun:"claimed_at" json:"claimed_at,omitempty"`
+	FinishedAt  *time.Time `bun:"finished_at" json:"finished_at,omitempty"`
+	Error       *string    `bun:"error" json:"error,omitempty"`
+	CreatedAt   time.Time  `bun:"created_at" json:"created_at"`
+}
+
+// ExecutionDetail is everything an operator can learn about one execution without its graph's
+// Go code.
+type ExecutionDetail struct {
+	Execution ExecutionRow `json:"execution"`
+	// Graph is the recorded graph version, nil if no replica has recorded it.
+	Graph         *GraphVersion `json:"-"`
+	Values        []Value       `json:"values"`
+	Waiting       []Waiting     `json:"waiting"`
+	Attempts      []Attempt     `json:"attempts"`
+	Notifications []Claim       `json:"notifications"`
+	History       []Change      `json:"history"`
+	Requests      []Request     `json:"requests"`
+}
+
+// Inspect reads everything about execution id: its values, what its nodes wait for (from the
+// recorded graph version), every attempt, its notifications with their deliveries, its history
+// and its requests. Every read is an index lookup on the execution id.
+func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error) {
+	d := &ExecutionDetail{}
+	var rows []ExecutionRow
+	err := s.db.NewRaw(s.q(`SELECT e.id, e.graph_name, e.graph_version, e.revision, e.created_at, e.updated_at,
+		e.archived_at, `+stateExpr+` AS state FROM {s}.executions e WHERE e.id = ?`), id).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("loading execution %s: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	d.Execution = rows[0]
+	if d.Graph, err = s.LoadGraphVersion(ctx, d.Execution.Graph, d.Execution.Version); err != nil {
+		d.Graph = nil // older replicas did not record it: show the rest
+	}
+	reads := []struct {
+		what  string
+		query string
+		dst   any
+	}{
+		{"values", `SELECT node, value, metadata, revision, set_at FROM {s}."values" WHERE execution_id = ? ORDER BY node`, &d.Values},
+		{"attempts", `SELECT id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error, created_at
+			FROM {s}.computations WHERE execution_id = ? ORDER BY id`, &d.Attempts},
+		{"history", `SELECT node, value, metadata, revision, changed_at FROM {s}.value_history WHERE execution_id = ? ORDER BY id`, &d.History},
+		{"requests", `SELECT * FROM {s}.requests WHERE execution_id = ? ORDER BY id`, &d.Requests},
+	}
+	for _, r := range reads {
+		if err := s.db.NewRaw(s.q(r.query), id).Scan(ctx, r.dst); err != nil && !isNoRows(err) {
+			return nil, fmt.Errorf("reading the %s of %s: %w", r.what, id, err)
+		}
+	}
+	if d.Notifications, err = s.Notifications(ctx, id); err != nil {
+		return nil, err
+	}
+	d.Waiting = waitingFor(d.Graph, d.Values, d.Attempts, id)
+	d.Values, d.Attempts, d.History = orEmpty(d.Values), orEmpty(d.Attempts), orEmpty(d.History)
+	d.Requests, d.Notifications = orEmpty(d.Requests), orEmpty(d.Notifications)
+	return d, nil
+}
+
+// waitingFor says what each node of g without a value waits for, as Runtime.Summarize does, from
+// what the database holds: a gate's condition is not evaluated, but the nodes it names that are
+// not set are listed.
+func waitingFor(g *GraphVersion, values []Value, attempts []Attempt, id string) []Waiting {
+	out := []Waiting{}
+	if g == nil {
+		return out
+	}
+	set := map[string]bool{}
+	for _, v := range values {
+		set[v.Node] = true
+	}
+	latest := map[string]Attempt{}
+	for _, a := range attempts {
+		latest[a.Node] = a
+	}
+	for _, n := range g.Nodes {
+		if n.Kind == "input" || set[n.Name] {
+			continue
+		}
+		w := Waiting{Node: n.Name, Kind: n.Kind, Gate: n.Gate}
+		var unset []string
+		for _, up := range n.Upstream {
+			if !set[up] {
+				unset = append(unset, fmt.Sprintf("%q", up))
+			}
+		}
+		a, ran := latest[n.Name]
+		switch {
+		case ran && (a.State == StateFailed || a.State == StateAbandoned):
+			w.Reason = fmt.Sprintf("failed after %d attempt(s): %s; `journey retry %s %s` gives it a fresh budget",
+				a.Attempt, deref(a.Error), id, n.Name)
+		case ran && (a.State == StatePending || a.State == StateAvailable || a.State == StateRunning):
+			w.Reason = fmt.Sprintf("gate holds; attempt %d is %s", a.Attempt, a.State)
+		case len(unset) > 0:
+			w.Reason = fmt.Sprintf("gate %s: %s not set", n.Gate, strings.Join(unset, ", "))
+		default:
+			w.Reason = fmt.Sprintf("gate %s does not hold with the values set", n.Gate)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// orEmpty returns s, or an empty slice if s is nil, so that JSON shows [] rather than null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// ReplicaStatus is a replica with the age of its heartbeat and the computations it runs.
+type ReplicaStatus struct {
+	Replica
+	// HeartbeatAge is how long ago it last heartbeat, in milliseconds.
+	HeartbeatAgeMS int64 `bun:"heartbeat_age_ms" json:"heartbeat_age_ms"`
+	// Running counts the computations it runs.
+	Running int64 `bun:"running" json:"running"`
+}
+
+// ReplicaStatuses lists the replicas, newest heartbeat first, with what each runs (an index
+// lookup on computations_running_replica_idx per replica).
+func (s *Store) ReplicaStatuses(ctx context.Context) ([]ReplicaStatus, error) {
+	var out []ReplicaStatus
+	err := s.db.NewRaw(s.q(`SELECT r.*,
+			r.last_heartbeat < coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond' AS stale,
+			(extract(epoch FROM coalesce(?::timestamptz, now()) - r.last_heartbeat) * 1000)::bigint AS heartbeat_age_ms,
+			(SELECT count(*) FROM {s}.computations c WHERE c.state = 'RUNNING' AND c.replica_id = r.replica_id) AS running
+		FROM {s}.replica_heartbeats r ORDER BY r.last_heartbeat DESC, r.replica_id`),
+		s.clock.NowOrNil(), s.clock.NowOrNil()).Scan(ctx, &out)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("listing replicas: %w", err)
+	}
+	return orEmpty(out), nil
+}
+
+// ServedBy lists the live replicas that serve graph key (name@version).
+func (s *Store) ServedBy(ctx context.Context, key string) ([]string, error) {
+	var ids []string
+	err := s.db.NewRaw(s.q(`SELECT replica_id FROM {s}.replica_heartbeats
+		WHERE ? = ANY(graphs) AND last_heartbeat >= coalesce(?::timestamptz, now()) - stale_after_ms * interval '1 millisecond'
+		ORDER BY replica_id`), key, s.clock.NowOrNil()).Scan(ctx, &ids)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("finding the replicas that serve %s: %w", key, err)
+	}
+	return ids, nil
+}
+
+// CheckSchema reports, with what to do about it, a schema that does not hold journey's tables
+// up to the newest ones the inspection reads.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	var ok bool
+	if err := s.db.NewRaw("SELECT to_regclass(?) IS NOT NULL", s.quoted+".requests").Scan(ctx, &ok); err != nil {
+		return fmt.Errorf("looking for schema %s: %w", s.schema, err)
+	}
+	if !ok {
+		return fmt.Errorf("schema %q holds no journey tables, or older ones: check -schema, or run `journey migrate -schema %s`",
+			s.schema, s.schema)
+	}
+	return nil
+}

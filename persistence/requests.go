@@ -1,0 +1,195 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Actions that a request asks for.
+const (
+	ActionRetry     = "retry"
+	ActionArchive   = "archive"
+	ActionUnarchive = "unarchive"
+)
+
+// PayloadRequest is the NOTIFY payload that announces a new request to the replicas.
+const PayloadRequest = "r"
+
+// Request is a row of the requests table: an action asked for from outside the runtime, which a
+// replica serving the execution's graph carries out.
+type Request struct {
+	ID          int64      `bun:"id" json:"id"`
+	ExecutionID string     `bun:"execution_id" json:"execution_id"`
+	GraphKey    string     `bun:"graph_key" json:"graph"`
+	Action      string     `bun:"action" json:"action"`
+	Node        *string    `bun:"node" json:"node,omitempty"`
+	RequestedAt time.Time  `bun:"requested_at" json:"requested_at"`
+	DoneAt      *time.Time `bun:"done_at" json:"done_at,omitempty"`
+	// ReplicaID is the replica that carried it out.
+	ReplicaID *string `bun:"replica_id" json:"replica_id,omitempty"`
+	// Error says why it could not be carried out.
+	Error *string `bun:"error" json:"error,omitempty"`
+}
+
+// ErrBadRequest means a request was refused: the action does not apply to the execution as it is.
+var ErrBadRequest = errors.New("journey: request refused")
+
+// Ask records a request for action on execution id (node is for a retry only) and announces it,
+// without the graph's Go code: it checks what the database can tell, that the execution exists,
+// that its graph version is recorded, and, for a retry, that the node exists and has used up its
+// attempts. A replica that serves the graph carries it out (see CarryOut).
+func (s *Store) Ask(ctx context.Context, id, action, node string) (*Request, error) {
+	exec, err := s.LoadExecution(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var nodeArg *string
+	switch action {
+	case ActionArchive, ActionUnarchive:
+	case ActionRetry:
+		if err := s.checkRetry(ctx, exec, node); err != nil {
+			return nil, err
+		}
+		nodeArg = &node
+	default:
+		return nil, fmt.Errorf("%w: unknown action %q: use retry, archive or unarchive", ErrBadRequest, action)
+	}
+	req := new(Request)
+	err = s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		err := tx.NewRaw(s.q(`INSERT INTO {s}.requests (execution_id, graph_key, action, node, requested_at)
+			VALUES (?, ?, ?, ?, coalesce(?::timestamptz, now())) RETURNING *`),
+			id, GraphKey(exec.GraphName, exec.GraphVersion), action, nodeArg, s.clock.NowOrNil()).Scan(ctx, req)
+		if err != nil {
+			return fmt.Errorf("recording the request: %w", err)
+		}
+		return s.notify(ctx, tx, PayloadRequest)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// checkRetry reports why node of exec cannot be retried, from the recorded graph version and the
+// node's newest attempt.
+func (s *Store) checkRetry(ctx context.Context, exec *Execution, node string) error {
+	gv, err := s.LoadGraphVersion(ctx, exec.GraphName, exec.GraphVersion)
+	if err != nil {
+		return err
+	}
+	if _, ok := gv.Node(node); !ok {
+		return fmt.Errorf("%w: graph %q version %q has no node %q; its nodes are listed by `journey graphs`",
+			ErrUnknownNode, exec.GraphName, exec.GraphVersion, node)
+	}
+	var latest []Computation
+	err = s.db.NewRaw(s.q(`SELECT * FROM {s}.computations WHERE execution_id = ? AND node = ?
+		ORDER BY id DESC LIMIT 1`), exec.ID, node).Scan(ctx, &latest)
+	if err != nil && !isNoRows(err) {
+		return fmt.Errorf("reading the attempts of %q: %w", node, err)
+	}
+	switch {
+	case len(latest) == 0:
+		return fmt.Errorf("%w: node %q of %s has never run; only a node whose attempts are used up can be retried",
+			ErrNotFailed, node, exec.ID)
+	case !latest[0].failedForGood():
+		return fmt.Errorf("%w: node %q of %s is %s (attempt %d); only a node whose attempts are used up can be retried",
+			ErrNotFailed, node, exec.ID, latest[0].State, latest[0].Attempt)
+	}
+	return nil
+}
+
+// LoadRequest reads a request.
+func (s *Store) LoadRequest(ctx context.Context, id int64) (*Request, error) {
+	req := new(Request)
+	if err := s.db.NewRaw(s.q("SELECT * FROM {s}.requests WHERE id = ?"), id).Scan(ctx, req); err != nil {
+		return nil, fmt.Errorf("reading request %d: %w", id, err)
+	}
+	return req, nil
+}
+
+// CarryOut carries out up to limit open requests of the served graphs, oldest first, each in the
+// transaction of its execution's write, which marks it done by replicaID. Replicas race for them
+// with SKIP LOCKED, so each is carried out once. A request that no longer applies (a retry of a
+// node that is no longer failed, say) is marked done with the reason; one that fails otherwise
+// is logged and tried again at the next call. It returns how many it marked done.
+func (s *Store) CarryOut(ctx context.Context, replicaID string, limit int) (int, error) {
+	if len(s.keys) == 0 {
+		return 0, nil
+	}
+	var open []Request
+	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.requests WHERE done_at IS NULL AND graph_key IN (?)
+		ORDER BY id LIMIT ?`), bun.List(s.keys), limit).Scan(ctx, &open)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("finding open requests: %w", err)
+	}
+	done := 0
+	for _, req := range open {
+		ok, err := s.carryOut(ctx, replicaID, req)
+		switch {
+		case ctx.Err() != nil:
+			return done, ctx.Err()
+		case err != nil:
+			s.logger.Warn("carrying out a request failed; trying it again later", "request_id", req.ID,
+				"execution_id", req.ExecutionID, "action", req.Action, "error", err)
+		case ok:
+			done++
+		}
+	}
+	return done, nil
+}
+
+// carryOut carries out one request, unless another replica holds or has done it. It reports
+// whether it marked it done.
+func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bool, error) {
+	errTaken := errors.New("taken")
+	lock := func(ctx context.Context, tx bun.IDB) error {
+		var ids []int64
+		err := tx.NewRaw(s.q(`SELECT id FROM {s}.requests WHERE id = ? AND done_at IS NULL FOR UPDATE SKIP LOCKED`),
+			req.ID).Scan(ctx, &ids)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("locking request %d: %w", req.ID, err)
+		}
+		if len(ids) == 0 {
+			return errTaken
+		}
+		return s.boundLocks(ctx, tx)
+	}
+	markDone := func(ctx context.Context, db bun.IDB, reason *string) error {
+		_, err := db.NewRaw(s.q(`UPDATE {s}.requests SET done_at = coalesce(?::timestamptz, now()), replica_id = ?, error = ?
+			WHERE id = ? AND done_at IS NULL`), s.clock.NowOrNil(), replicaID, reason, req.ID).Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("marking request %d done: %w", req.ID, err)
+		}
+		return nil
+	}
+	err := s.write(ctx, req.ExecutionID, lock, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
+		var err error
+		switch req.Action {
+		case ActionRetry:
+			err = s.retry(ctx, tx, st, deref(req.Node))
+		case ActionArchive, ActionUnarchive:
+			err = s.archive(ctx, tx, st, req.Action == ActionArchive)
+		default:
+			err = fmt.Errorf("%w: unknown action %q", ErrBadRequest, req.Action)
+		}
+		if err != nil {
+			return err
+		}
+		return markDone(ctx, tx, nil)
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errTaken):
+		return false, nil
+	case errors.Is(err, ErrNotFailed), errors.Is(err, ErrUnknownNode), errors.Is(err, ErrBadRequest):
+		reason := err.Error()
+		return true, markDone(ctx, s.db, &reason)
+	default:
+		return false, err
+	}
+}
