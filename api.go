@@ -305,18 +305,19 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 	var poll *time.Timer
 	every := r.cfg.PollInterval
 	for {
-		var wake chan struct{}
+		var w *waiter
 		var remove func()
 		if o.wait {
-			wake, remove = r.waiters.add(id)
+			w, remove = r.waiters.add(id)
 		}
-		v, err := r.getOnce(ctx, id, node, o.newer)
+		v, seen, err := r.getOnce(ctx, id, node, o.newer)
 		if !o.wait || !errors.Is(err, ErrNotSet) {
 			if remove != nil {
 				remove()
 			}
 			return v, err
 		}
+		w.seen.Store(seen)
 		if poll == nil {
 			poll = time.NewTimer(every)
 			defer poll.Stop()
@@ -325,7 +326,7 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 		case <-ctx.Done():
 			remove()
 			return graph.Value{}, fmt.Errorf("waiting for %q in %s: %w", node, id, ctx.Err())
-		case <-wake:
+		case <-w.ch:
 		case <-poll.C:
 			every = min(2*every, maxPollBackoff*r.cfg.PollInterval)
 			poll.Reset(every)
@@ -335,20 +336,20 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 }
 
 // getOnce returns the node's value if it is newer than rev, ErrComputationFailed if the node has
-// failed for good, and ErrNotSet otherwise.
-func (r *Runtime) getOnce(ctx context.Context, id, node string, rev int64) (graph.Value, error) {
+// failed for good, and ErrNotSet otherwise; and the execution's revision it read.
+func (r *Runtime) getOnce(ctx context.Context, id, node string, rev int64) (graph.Value, int64, error) {
 	ns, err := r.store.NodeState(ctx, id, node)
 	if err != nil {
-		return graph.Value{}, err
+		return graph.Value{}, 0, err
 	}
 	if ns.Value.IsSet() && ns.Value.Revision > rev {
-		return ns.Value, nil
+		return ns.Value, ns.Revision, nil
 	}
 	if ns.Failed() {
-		return graph.Value{}, fmt.Errorf("%w: node %q of %s after %d attempt(s): %s",
+		return graph.Value{}, ns.Revision, fmt.Errorf("%w: node %q of %s after %d attempt(s): %s",
 			ErrComputationFailed, node, id, ns.Latest.Attempt, deref(ns.Latest.Error))
 	}
-	return graph.Value{}, fmt.Errorf("%w: node %q of %s", ErrNotSet, node, id)
+	return graph.Value{}, ns.Revision, fmt.Errorf("%w: node %q of %s", ErrNotSet, node, id)
 }
 
 // GetAs is Get, decoding the value into a T.

@@ -195,15 +195,13 @@ func (r *Runtime) start() {
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
 	connCfg := r.pool.Config().ConnConfig
 	r.listener = root.Spawn(actors.NewListener(actors.ListenerConfig{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, connCfg.Copy()) },
-		Channel: r.store.Channel(),
-		OnWork:  wake,
-		OnExecution: func(id string) {
-			r.waiters.wake(id)
-		},
-		OnNotice:  func() { root.Send(r.delivery, actors.Wake{}) },
-		OnRequest: func() { root.Send(r.sweeper, sweeper.Requests{}) },
-		Listening: r.listening,
+		Connect:     func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, connCfg.Copy()) },
+		Channel:     r.store.Channel(),
+		OnWork:      wake,
+		OnExecution: r.waiters.wake,
+		OnNotice:    func() { root.Send(r.delivery, actors.Wake{}) },
+		OnRequest:   func() { root.Send(r.sweeper, sweeper.Requests{}) },
+		Listening:   r.listening,
 		OnReconnect: func() {
 			wake()
 			root.Send(r.delivery, actors.Wake{})

@@ -43,3 +43,31 @@ func TestPoolSizeFromTheURL(t *testing.T) {
 		require.Equal(t, tc.want, got, "pool_max_conns=%q", tc.maxConns)
 	}
 }
+
+// A waiter is woken by a change it has not seen, and by a change of unknown revision; not by a
+// change at a revision its last look already read.
+func TestWaiterWokenOnlyByChangesItHasNotSeen(t *testing.T) {
+	t.Parallel()
+	w := newWaiters()
+	wt, remove := w.add("e1")
+	defer remove()
+	woken := func() bool {
+		select {
+		case <-wt.ch:
+			return true
+		default:
+			return false
+		}
+	}
+	w.wake("e1", 3)
+	require.True(t, woken(), "before its first look, any change wakes it")
+	wt.seen.Store(5)
+	w.wake("e1", 5)
+	w.wake("e1", 4)
+	w.wake("e2", 9)
+	require.False(t, woken(), "revisions 4 and 5 were in its look; e2 is another execution")
+	w.wake("e1", 6)
+	require.True(t, woken())
+	w.wake("e1", -1)
+	require.True(t, woken(), "a change without a revision always wakes")
+}

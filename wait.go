@@ -1,48 +1,64 @@
 package journey
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // waiters wakes the Get calls waiting on an execution when the listener hears of a change.
 type waiters struct {
 	mu sync.Mutex
-	m  map[string]map[chan struct{}]struct{}
+	m  map[string]map[*waiter]struct{}
 }
 
-func newWaiters() *waiters { return &waiters{m: map[string]map[chan struct{}]struct{}{}} }
+// waiter is one waiting Get. Its channel receives at most one pending wakeup.
+type waiter struct {
+	ch chan struct{}
+	// seen is the execution's revision at the waiter's last look; -1 before it. A change at a
+	// revision no newer was in what the look read: it does not wake the waiter.
+	seen atomic.Int64
+}
 
-// add registers a waiter on execution id. The channel receives at most one pending wakeup.
-func (w *waiters) add(id string) (ch chan struct{}, remove func()) {
-	ch = make(chan struct{}, 1)
+func newWaiters() *waiters { return &waiters{m: map[string]map[*waiter]struct{}{}} }
+
+// add registers a waiter on execution id.
+func (w *waiters) add(id string) (wt *waiter, remove func()) {
+	wt = &waiter{ch: make(chan struct{}, 1)}
+	wt.seen.Store(-1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m[id] == nil {
-		w.m[id] = map[chan struct{}]struct{}{}
+		w.m[id] = map[*waiter]struct{}{}
 	}
-	w.m[id][ch] = struct{}{}
-	return ch, func() {
+	w.m[id][wt] = struct{}{}
+	return wt, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		delete(w.m[id], ch)
+		delete(w.m[id], wt)
 		if len(w.m[id]) == 0 {
 			delete(w.m, id)
 		}
 	}
 }
 
-func (w *waiters) wake(id string) {
+// wake wakes the waiters on execution id that have not seen revision rev; rev < 0 (unknown)
+// wakes them all.
+func (w *waiters) wake(id string, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for ch := range w.m[id] {
-		signal(ch)
+	for wt := range w.m[id] {
+		if rev < 0 || rev > wt.seen.Load() {
+			signal(wt.ch)
+		}
 	}
 }
 
 func (w *waiters) wakeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, chans := range w.m {
-		for ch := range chans {
-			signal(ch)
+	for _, ws := range w.m {
+		for wt := range ws {
+			signal(wt.ch)
 		}
 	}
 }

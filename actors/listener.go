@@ -19,8 +19,9 @@ type ListenerConfig struct {
 	Channel string
 	// OnWork is called when work may be available.
 	OnWork func()
-	// OnExecution is called when a value or a node's outcome changed in an execution.
-	OnExecution func(id string)
+	// OnExecution is called when a value or a node's outcome changed in an execution, with the
+	// execution's revision after the change, or -1 if the notification did not say.
+	OnExecution func(id string, revision int64)
 	// OnNotice is called when a lifecycle notification was claimed.
 	OnNotice func()
 	// OnRequest, if set, is called when an operator's request was recorded.
@@ -114,8 +115,9 @@ func (l *listener) listen(ctx context.Context) error {
 		case n.Payload == persistence.PayloadRequest && l.cfg.OnRequest != nil:
 			l.cfg.OnRequest()
 		case strings.HasPrefix(n.Payload, persistence.PayloadExecution):
-			for _, id := range strings.Split(strings.TrimPrefix(n.Payload, persistence.PayloadExecution), ",") {
-				l.cfg.OnExecution(id)
+			for _, item := range strings.Split(strings.TrimPrefix(n.Payload, persistence.PayloadExecution), ",") {
+				id, rev := persistence.ParseChange(item)
+				l.cfg.OnExecution(id, rev)
 			}
 		}
 	}

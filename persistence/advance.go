@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -513,7 +514,10 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	var changed []string
 	for _, st := range sts {
 		work = work || st.work
-		if st.changed {
+		switch {
+		case st.changed && st.revision != st.exec.Revision:
+			changed = append(changed, st.exec.ID+"@"+strconv.FormatInt(st.revision, 10))
+		case st.changed:
 			changed = append(changed, st.exec.ID)
 		}
 	}
@@ -564,7 +568,8 @@ func (s *Store) insertCreated(t *txn, sts []*execState) {
 const maxPayload = 7900
 
 // announce queues for the COMMIT, in one statement, a NOTIFY that work is available if work is
-// set, and NOTIFYs that name the executions changed, as few as their payload's size allows.
+// set, and NOTIFYs that name the changes, as few as their payload's size allows. A change is an
+// execution id, followed by @ and its new revision when it has one.
 func (s *Store) announce(t *txn, work bool, changed []string) {
 	var payloads []string
 	if work {

@@ -239,6 +239,8 @@ func (s *Store) Values(ctx context.Context, id string) (graph.Values, error) {
 type NodeState struct {
 	Value  graph.Value  // zero when unset
 	Latest *Computation // the newest attempt, nil if none
+	// Revision is the execution's revision when it was read, before the value and the attempt.
+	Revision int64
 }
 
 // Failed reports whether the node has used up its attempts with nothing pending.
@@ -268,7 +270,7 @@ func (s *Store) NodeState(ctx context.Context, id, node string) (NodeState, erro
 	if _, ok := g.Node(node); !ok {
 		return NodeState{}, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), node)
 	}
-	var ns NodeState
+	ns := NodeState{Revision: execs[0].Revision}
 	if len(vals) > 0 {
 		ns.Value = vals[0].toValue()
 	}

@@ -72,7 +72,15 @@ func TestRecordDropsOnlyTheLostClaims(t *testing.T) {
 			changed = strings.Split(rest, ",")
 		}
 	}
-	require.ElementsMatch(t, []string{again[0].ExecutionID, again[2].ExecutionID}, changed)
+	var ids []string
+	for _, c := range changed {
+		id, rev := ParseChange(c)
+		ids = append(ids, id)
+		e, err := b.store.LoadExecution(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, e.Revision, rev, "each change names the revision it made")
+	}
+	require.ElementsMatch(t, []string{again[0].ExecutionID, again[2].ExecutionID}, ids)
 }
 
 // Two outcomes of one execution in one batch are recorded one after the other, as two writes

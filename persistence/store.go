@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,12 +49,27 @@ const (
 )
 
 // Notification payloads sent on the store's channel. A payload of PayloadWork means new work is
-// available; PayloadExecution and a comma-separated list of ids means a value or a node's outcome
-// changed in each of those executions.
+// available; PayloadExecution and a comma-separated list of changes means a value or a node's
+// outcome changed in each of those executions: each change is an id, or id@revision, the
+// execution's revision after the change (read it with ParseChange).
 const (
 	PayloadWork      = "w"
 	PayloadExecution = "x:"
 )
+
+// ParseChange reads a change of a PayloadExecution notification: the execution's id, and its
+// revision, or -1 if the change does not give one.
+func ParseChange(change string) (id string, revision int64) {
+	id, rev, ok := strings.Cut(change, "@")
+	if !ok {
+		return id, -1
+	}
+	r, err := strconv.ParseInt(rev, 10, 64)
+	if err != nil {
+		return id, -1
+	}
+	return id, r
+}
 
 // Config configures a Store.
 type Config struct {

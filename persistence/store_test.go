@@ -237,3 +237,20 @@ func TestMonitoringViews(t *testing.T) {
 	require.NoError(t, b.db.NewRaw("SELECT reason FROM ?.reclaim_history WHERE id = ?", bun.Ident(b.store.Schema()), c.ID).Scan(ctx, &reason))
 	require.Equal(t, ReasonReplica("r1"), reason)
 }
+
+func TestParseChange(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in  string
+		id  string
+		rev int64
+	}{
+		{"EX1@12", "EX1", 12},
+		{"EX1", "EX1", -1},
+		{"EX1@x", "EX1", -1},
+	} {
+		id, rev := ParseChange(tc.in)
+		require.Equal(t, tc.id, id, tc.in)
+		require.Equal(t, tc.rev, rev, tc.in)
+	}
+}
