@@ -33,10 +33,12 @@ this process. It has three modes:
   -n N                  drain: N executions are made ready (their input set) while no
                         replica works, then the replicas start, and bench times how long
                         they take to finish every computation
-  -duration D           continuous: producers start executions (StartMany of 100) as fast
-                        as they can while the replicas work, for D; bench reports the
-                        computations completed per second and the backlog at the start and
-                        the end of D
+  -duration D           continuous: while the replicas work, for D, producers keep the
+                        backlog topped up, as river bench does: whenever fewer than -backlog
+                        computations are left, they start executions (StartMany of 100)
+                        until there are that many, and look again 250ms later; bench reports
+                        the computations completed per second and the backlog at the start
+                        and the end of D
   -rate R -duration D   open loop: R executions a second for D, each Start, then Set of the
                         input and Get(WaitAny) of the graph's last nodes; bench reports the
                         latency from Set to Get's return
@@ -97,6 +99,7 @@ type benchConfig struct {
 	replicas      int
 	workers       int
 	producers     int
+	backlog       int
 	finishedRows  int
 	schema        string // empty: a fresh journey_bench_<random>
 	topStatements int
@@ -167,6 +170,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.IntVar(&cfg.replicas, "replicas", 1, "the `number` of replicas (runtimes) in this process")
 	fs.IntVar(&cfg.workers, "workers", journey.DefaultMaxWorkers, "MaxWorkers of each replica")
 	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n and -duration")
+	fs.IntVar(&cfg.backlog, "backlog", 10000, "continuous: the `computations` the producers keep waiting to run")
 	fs.IntVar(&cfg.finishedRows, "finished-rows", 0, "first insert this many finished executions, with their values and computations")
 	fs.StringVar(&cfg.schema, "schema", "", "the `schema` to create, work in and drop; it must not exist (default journey_bench_<random>)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (this process: the replicas and producers) to `file`")
@@ -206,7 +210,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	}{
 		{"n", float64(cfg.n), 1}, {"duration", cfg.duration.Seconds(), 0.001}, {"rate", cfg.rate, 0.001},
 		{"replicas", float64(cfg.replicas), 1}, {"workers", float64(cfg.workers), 1},
-		{"producers", float64(cfg.producers), 1}, {"finished-rows", float64(cfg.finishedRows), 0},
+		{"producers", float64(cfg.producers), 1}, {"backlog", float64(cfg.backlog), 1},
+		{"finished-rows", float64(cfg.finishedRows), 0},
 		{"top-statements", float64(cfg.topStatements), 0},
 	} {
 		if (set[f.name] || f.name == "replicas" || f.name == "workers" || f.name == "producers") && f.value < f.min {
@@ -481,6 +486,10 @@ func (b *benchmark) waitReplicasGone(ctx context.Context) error {
 // startBatch is how many executions a producer starts at a time, with StartMany.
 const startBatch = 100
 
+// topUpEvery is how often the producers of the continuous mode look at the backlog, once it is
+// full.
+const topUpEvery = 250 * time.Millisecond
+
 // startReady starts n executions with their input set, in one StartMany, and counts them as
 // started.
 func (b *benchmark) startReady(ctx context.Context, rt *journey.Runtime, g *graph.Graph, n int) error {
@@ -644,6 +653,14 @@ func (b *benchmark) continuous(ctx context.Context, rts []*journey.Runtime, res 
 		rt := rts[i%len(rts)]
 		eg.Go(func() error {
 			for {
+				if b.backlog() >= int64(b.cfg.backlog) {
+					select {
+					case <-stop:
+						return nil
+					case <-time.After(topUpEvery):
+					}
+					continue
+				}
 				select {
 				case <-stop:
 					return nil
