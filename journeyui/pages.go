@@ -34,7 +34,9 @@ func parsePages(base string) (map[string]*template.Template, error) {
 			}
 			return "-"
 		},
-		"ms":    func(ms int64) string { return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String() },
+		"ms": func(ms int64) string {
+			return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String()
+		},
 		"deref": func(s *string) string { return derefOr(s, "-") },
 		"json":  prettyJSON,
 		"pct":   func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) + "%" },
