@@ -142,6 +142,9 @@ func (u *ui) overview(w http.ResponseWriter, r *http.Request) {
 	u.render(w, r, "overview", "Overview", http.StatusOK, p)
 }
 
+// inputError is a mistake in the query of the list's page, shown above the list.
+type inputError struct{ error }
+
 // executionsPage is the data of the list of executions.
 type executionsPage struct {
 	Graph, Version, State string
@@ -172,14 +175,14 @@ func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
 			p.Where = append(p.Where, w)
 			filter, err := persistence.ParseWhere(w)
 			if err != nil {
-				return err
+				return inputError{err}
 			}
 			f.Where = append(f.Where, filter)
 		}
 		if l := q.Get("limit"); l != "" {
 			n, err := strconv.Atoi(l)
 			if err != nil || n < 1 || n > 1000 {
-				return fmt.Errorf("%w: bad limit %q: want a number from 1 to 1000", persistence.ErrBadRequest, l)
+				return inputError{fmt.Errorf("bad limit %q: want a number from 1 to 1000", l)}
 			}
 			p.Limit = n
 		}
@@ -187,7 +190,7 @@ func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
 		if a := q.Get("after"); a != "" {
 			c, err := persistence.ParseCursor(a)
 			if err != nil {
-				return fmt.Errorf("%w: %w", persistence.ErrBadRequest, err)
+				return inputError{err}
 			}
 			f.After, p.Paged = &c, true
 		}
@@ -211,8 +214,8 @@ func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
 				p.Next[k] = v
 			}
 		}
-	case errors.Is(err, persistence.ErrBadRequest), errors.Is(err, persistence.ErrUnknownGraph),
-		errors.Is(err, persistence.ErrUnknownNode):
+	case errors.As(err, new(inputError)), errors.Is(err, persistence.ErrBadRequest),
+		errors.Is(err, persistence.ErrUnknownGraph), errors.Is(err, persistence.ErrUnknownNode):
 		p.Error, status = err.Error(), http.StatusBadRequest
 	default:
 		u.fail(w, r, err, "")

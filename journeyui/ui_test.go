@@ -346,3 +346,26 @@ func TestTokenAndBasicAuth(t *testing.T) {
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
+
+func TestBadInputIsShownAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	srv := serve(t, migrated(t))
+	for path, want := range map[string]string{
+		"/executions?state=stuck":        `unknown state &#34;stuck&#34;`,
+		"/executions?where=nonode":       `bad filter &#34;nonode&#34;: want node=value`,
+		"/executions?graph=nope":         `no replica has recorded graph &#34;nope&#34;`,
+		"/executions?limit=0":            `bad limit &#34;0&#34;`,
+		"/executions?after=yesterday":    `bad cursor &#34;yesterday&#34;`,
+		"/executions?version=v1":         `a version (&#34;v1&#34;) needs a graph name too`,
+		"/executions/NOPE":               `execution not found: &#34;NOPE&#34;`,
+		"/executions/NOPE/retry?node=ch": `Method Not Allowed`,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err)
+		require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed}, resp.StatusCode, path)
+		require.Contains(t, string(body), want, path)
+	}
+}

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// ExactBelow is the estimated size of the executions table below which Overview counts the
+// exactBelow is the estimated size of the executions table below which Overview counts the
 // executions of each graph version exactly; above it, it takes the planner's estimates.
-const ExactBelow = 50_000
+const exactBelow = 50_000
 
 // Overview is the state of a schema at a glance, read from indexes and planner estimates only,
 // so that it takes milliseconds whatever the size of the executions table.
@@ -19,7 +19,7 @@ type Overview struct {
 	// Graphs are the recorded graph versions. Their failed, running and waiting counts are
 	// exact; their Executions and archived counts are estimates when Estimated is true.
 	Graphs []GraphSummary `json:"graphs"`
-	// Estimated is true when the executions table holds about ExactBelow rows or more, and the
+	// Estimated is true when the executions table holds about 50,000 rows or more, and the
 	// totals of Graphs are the planner's estimates.
 	Estimated bool `json:"estimated"`
 	// Computations counts the active attempts by state: PENDING, AVAILABLE and RUNNING.
@@ -33,7 +33,7 @@ type Overview struct {
 }
 
 // Overview reads the state of the schema at a glance. Each count reads a partial index, and the
-// totals of large tables are the planner's estimates (see ExactBelow).
+// totals of large tables are the planner's estimates (see exactBelow).
 //
 // EXPLAIN ANALYZE of its reads with 1M executions of two graph versions (1000 failed, 50
 // running, 200 waiting, 1000 DEAD deliveries), on a busy 2-core machine; the dashboard's overview
@@ -60,7 +60,7 @@ func (s *Store) Overview(ctx context.Context) (*Overview, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Overview{Estimated: size >= ExactBelow}
+	o := &Overview{Estimated: size >= exactBelow}
 	totals := s.countTotals
 	if o.Estimated {
 		totals = s.estimateTotals
@@ -197,8 +197,7 @@ func (s *Store) AwaitRequest(ctx context.Context, id int64, wait time.Duration) 
 func ParseWhere(s string) (Filter, error) {
 	node, value, ok := strings.Cut(s, "=")
 	if !ok || node == "" {
-		return Filter{}, fmt.Errorf("%w: bad filter %q: want node=value, such as email=ada@example.com or amount=10",
-			ErrBadRequest, s)
+		return Filter{}, fmt.Errorf("bad filter %q: want node=value, such as email=ada@example.com or amount=10", s)
 	}
 	raw := json.RawMessage(value)
 	if !json.Valid(raw) {

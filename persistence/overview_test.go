@@ -50,16 +50,16 @@ func TestOverviewCountsOnIndexesAndEstimatesLargeTotals(t *testing.T) {
 	require.Equal(t, "replica-a stopped heartbeating", *reclaims[0].Reason)
 	require.True(t, reclaims[0].Retried)
 
-	// Past ExactBelow rows, the totals are the planner's estimates; the small states stay exact.
+	// Past exactBelow rows, the totals are the planner's estimates; the small states stay exact.
 	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version, archived_at)
 		SELECT 'BULK' || i, ?, 'v1', CASE WHEN i % 10 = 0 THEN now() END FROM generate_series(1, ?) i`,
-		b.g.Name(), ExactBelow)
+		b.g.Name(), exactBelow)
 	b.exec(t, `ANALYZE {s}.executions`)
 	o, err = b.store.Overview(ctx)
 	require.NoError(t, err)
 	require.True(t, o.Estimated)
-	require.InEpsilon(t, ExactBelow+3, o.Graphs[0].Executions, 0.1)
-	require.InEpsilon(t, ExactBelow/10, o.Graphs[0].States[ExecArchived], 0.2)
+	require.InEpsilon(t, exactBelow+3, o.Graphs[0].Executions, 0.1)
+	require.InEpsilon(t, exactBelow/10, o.Graphs[0].States[ExecArchived], 0.2)
 	require.Equal(t, map[string]int64{ExecArchived: o.Graphs[0].States[ExecArchived], ExecFailed: 1, ExecRunning: 1, ExecWaiting: 1},
 		o.Graphs[0].States)
 }
