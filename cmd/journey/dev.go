@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/journey-go/journey/internal/devpg"
+	"github.com/journey-go/journey/migrations"
 )
 
 const devDescription = `Without a command, dev starts a throwaway PostgreSQL, prints its URL, and stops it (deleting
@@ -18,11 +19,17 @@ all its data) on SIGINT or SIGTERM.
 
 With a command, dev starts a throwaway PostgreSQL, runs the command with DATABASE_URL and
 TEST_DATABASE_URL set to its URL, stops it, and exits with the command's exit code. If
-DATABASE_URL is already set, dev just runs the command.`
+DATABASE_URL is already set, dev just runs the command.
+
+With --ui, dev also migrates -schema and serves the web dashboard of that schema (see journey ui
+-h) while the database runs, on --ui-addr.`
 
 // runDev implements "journey dev".
 func runDev(ctx context.Context, env *environment, args []string) (code int) {
-	fs := newFlagSet(env, "dev", "[-- command [args...]]", devDescription)
+	fs := newFlagSet(env, "dev", "[--ui [--ui-addr host:port] [-schema name]] [-- command [args...]]", devDescription)
+	ui := fs.Bool("ui", false, "serve the web dashboard too")
+	schema := fs.String("schema", "journey", "with --ui, the `schema` to migrate and show")
+	uf := addUIFlags(fs, "ui-addr")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -35,6 +42,13 @@ func runDev(ctx context.Context, env *environment, args []string) (code int) {
 
 	if len(argv) > 0 && os.Getenv("DATABASE_URL") != "" {
 		env.logger.Info("DATABASE_URL is set: running the command against it")
+		if *ui {
+			stopUI, ok := devUI(ctx, env, os.Getenv("DATABASE_URL"), *schema, uf)
+			if !ok {
+				return 1
+			}
+			defer stopUI()
+		}
 		return runCommand(env, argv, nil, sigs)
 	}
 
@@ -49,6 +63,13 @@ func runDev(ctx context.Context, env *environment, args []string) (code int) {
 		}
 	}()
 
+	if *ui {
+		stopUI, ok := devUI(ctx, env, cluster.URL(), *schema, uf)
+		if !ok {
+			return 1
+		}
+		defer stopUI()
+	}
 	if len(argv) == 0 {
 		fmt.Fprintf(env.stdout, "PostgreSQL is running at %s\n\n", cluster.URL())
 		fmt.Fprintf(env.stdout, "    export DATABASE_URL='%s'\n\n", cluster.URL())
@@ -58,6 +79,32 @@ func runDev(ctx context.Context, env *environment, args []string) (code int) {
 	}
 	url := cluster.URL()
 	return runCommand(env, argv, []string{"DATABASE_URL=" + url, "TEST_DATABASE_URL=" + url}, sigs)
+}
+
+// devUI migrates schema at url and serves its dashboard in the background. It returns a function
+// that stops it, and false if it could not start.
+func devUI(ctx context.Context, env *environment, url, schema string, uf uiFlags) (func(), bool) {
+	db, err := openDB(url)
+	if err == nil {
+		_, err = migrations.Migrate(ctx, db, schema, env.logger)
+		_ = db.Close()
+	}
+	if err != nil {
+		fmt.Fprintf(env.stderr, "journey dev: migrating schema %s for the dashboard: %v\n", schema, err)
+		return nil, false
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	started, served := make(chan bool, 1), make(chan struct{})
+	go func() {
+		defer close(served)
+		started <- serveUI(ctx, env, "dev", url, schema, uf, func() { started <- true }) == 0
+	}()
+	if !<-started {
+		cancel()
+		<-served
+		return nil, false
+	}
+	return func() { cancel(); <-served }, true
 }
 
 // startCluster starts a cluster, giving up if a signal arrives first. When it returns false,

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -180,22 +179,17 @@ func runExecutions(ctx context.Context, env *environment, args []string) int {
 	return 2
 }
 
-// whereFlags collects repeated --where node=value flags. A value that is JSON is compared as
-// JSON; any other text as a string.
+// whereFlags collects repeated --where node=value flags (persistence.ParseWhere).
 type whereFlags []persistence.Filter
 
 func (w *whereFlags) String() string { return "" }
 
 func (w *whereFlags) Set(s string) error {
-	node, value, ok := strings.Cut(s, "=")
-	if !ok || node == "" {
-		return fmt.Errorf("want node=value, such as email=ada@example.com or amount=10")
+	f, err := persistence.ParseWhere(s)
+	if err != nil {
+		return err
 	}
-	raw := json.RawMessage(value)
-	if !json.Valid(raw) {
-		raw, _ = json.Marshal(value) // a string always encodes
-	}
-	*w = append(*w, persistence.Filter{Node: node, Op: persistence.OpEq, Value: raw})
+	*w = append(*w, f)
 	return nil
 }
 
@@ -450,7 +444,7 @@ func followRequest(ctx context.Context, env *environment, store *persistence.Sto
 	}
 	if wait > 0 {
 		action := req.Action
-		if req, err = waitDone(ctx, store, req.ID, wait); err != nil {
+		if req, err = store.AwaitRequest(ctx, req.ID, wait); err != nil {
 			return fail(env, action, err)
 		}
 	}
@@ -472,32 +466,4 @@ func followRequest(ctx context.Context, env *environment, store *persistence.Sto
 		return 1
 	}
 	return 0
-}
-
-// waitDone polls request id until it is done or wait has passed, and returns it as it last read it.
-func waitDone(ctx context.Context, store *persistence.Store, id int64, wait time.Duration) (*persistence.Request, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var last *persistence.Request
-	for {
-		req, err := store.LoadRequest(ctx, id)
-		switch {
-		case err == nil:
-			last = req
-			if req.DoneAt != nil {
-				return req, nil
-			}
-		case errors.Is(ctx.Err(), context.DeadlineExceeded) && last != nil:
-			return last, nil
-		default:
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return last, nil
-		case <-tick.C:
-		}
-	}
 }

@@ -13,6 +13,7 @@
 //	journey executions show ID        everything about one execution
 //	journey replicas                  the replicas, their heartbeats and what they run
 //	journey retry ID NODE             retry a failed node (archive ID, unarchive ID alike)
+//	journey ui [--addr 127.0.0.1:8233] the web dashboard (journey dev --ui serves it too)
 //
 // Run it from the module with go run ./cmd/journey.
 package main
@@ -54,6 +55,7 @@ var commands = []command{
 	{name: "retry", summary: "give a failed node a fresh attempt budget (ID NODE)", run: runAction(persistence.ActionRetry)},
 	{name: "archive", summary: "archive an execution (ID)", run: runAction(persistence.ActionArchive)},
 	{name: "unarchive", summary: "unarchive an execution (ID)", run: runAction(persistence.ActionUnarchive)},
+	{name: "ui", summary: "serve the web dashboard on loopback (see journey ui -h)", run: runUI},
 }
 
 func main() {
@@ -118,6 +120,8 @@ Examples:
   journey executions list --state failed
   journey executions show ID --json
   journey retry ID NODE                # a replica serving the graph runs NODE again
+  journey ui                           # the web dashboard, on http://127.0.0.1:8233/
+  journey dev --ui -- go run ./examples/onboarding
 `)
 }
 

@@ -1,0 +1,371 @@
+package journeyui_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/journeyui"
+	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// bundle is a schema that a real runtime filled: one execution that succeeded, and one whose
+// "charge" node failed for good (until fixed is set).
+type bundle struct {
+	schema   string
+	db       *persistence.Store
+	okID     string
+	failedID string
+	fixed    *atomic.Bool
+	charges  *atomic.Int64
+	opts     journeyui.Options
+}
+
+const replicaID = "replica-ui-test"
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	b := &bundle{schema: pgtest.Schema(t), fixed: new(atomic.Bool), charges: new(atomic.Int64)}
+	g := graph.MustNew("shop", "v1", []graph.Node{
+		graph.Input("order"),
+		graph.Compute("charge", graph.Needs("order"), func(ctx context.Context, in graph.Values) (any, error) {
+			b.charges.Add(1)
+			if in.String("order") == "bad" && !b.fixed.Load() {
+				return nil, graph.Permanent(errors.New("card declined: insufficient funds"))
+			}
+			return "charged " + in.String("order"), nil
+		}),
+		graph.Compute("receipt", graph.Needs("charge"), func(ctx context.Context, in graph.Values) (any, error) {
+			return "receipt for " + in.String("charge"), nil
+		}),
+	})
+	// The sweeper's interval is an hour: a request is carried out because its NOTIFY wakes the
+	// replica, not by a sweep.
+	rt, err := journey.New(t.Context(), journey.Config{
+		DatabaseURL: pgtest.URL(t), Schema: b.schema, Graphs: []*graph.Graph{g}, ReplicaID: replicaID,
+		PollInterval: 100 * time.Millisecond, SweepInterval: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Stop(ctx))
+	})
+	ctx := t.Context()
+	ok, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"order": "good"}))
+	require.NoError(t, err)
+	failed, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"order": "bad"}))
+	require.NoError(t, err)
+	b.okID, b.failedID = ok.ID, failed.ID
+	_, err = rt.Get(ctx, ok.ID, "receipt", journey.WaitAny())
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, failed.ID, "charge", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
+
+	db := pgtest.DB(t)
+	b.opts = journeyui.Options{DB: db, Schema: b.schema, ActionWait: 30 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+	b.db = store(t, b.schema)
+	return b
+}
+
+// store is a Store without graphs on schema, as the dashboard has.
+func store(t *testing.T, schema string) *persistence.Store {
+	t.Helper()
+	s, err := persistence.New(persistence.Config{DB: pgtest.BunDB(t, pgtest.URL(t)), Schema: schema})
+	require.NoError(t, err)
+	return s
+}
+
+// serve serves the dashboard with opts on loopback, for the test.
+func serve(t *testing.T, opts journeyui.Options) *httptest.Server {
+	t.Helper()
+	h, err := journeyui.Handler(t.Context(), opts)
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// browser starts a headless Chromium and returns a context for chromedp.Run. Without Chromium
+// the test fails, unless JOURNEY_SKIP_BROWSER=1.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := "/usr/bin/chromium"
+	if _, err := os.Stat(path); err != nil {
+		if path, err = exec.LookPath("chromium"); err != nil {
+			if os.Getenv("JOURNEY_SKIP_BROWSER") == "1" {
+				t.Skip("no chromium, and JOURNEY_SKIP_BROWSER=1")
+			}
+			t.Fatal("chromium is not installed: install it (apt-get install chromium), or set JOURNEY_SKIP_BROWSER=1 to skip the browser tests")
+		}
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	require.NoError(t, chromedp.Do(ctx), "starting chromium") // without a deadline: it would stop the browser
+	return ctx
+}
+
+// do runs steps in the browser with a generous deadline: the machine may be busy.
+func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, steps...))
+}
+
+// get runs an action that reads the page, with the same deadline.
+func get[T any](t *testing.T, ctx context.Context, action chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, action)
+	require.NoError(t, err)
+	return v
+}
+
+// nodesJS reads the state of each node of the picture.
+const nodesJS = `Object.fromEntries([...document.querySelectorAll('#graph g.node')].map(g => [g.dataset.node, g.dataset.state]))`
+
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := serve(t, b.opts)
+	ctx := browser(t)
+
+	// Overview: the graph's row counts the failed execution.
+	do(t, ctx, chromedp.Navigate(srv.URL+"/"))
+	require.Equal(t, "1", get(t, ctx, chromedp.Text(chromedp.CSS(`#graphs tr[data-graph="shop@v1"] a.state-failed`))))
+
+	// Executions: the failed one is listed, in the failed state; the filter keeps it alone.
+	do(t, ctx, chromedp.Navigate(srv.URL+"/executions"))
+	require.Equal(t, "failed", get(t, ctx, chromedp.Text(chromedp.CSS(`#executions tr[data-id="`+b.failedID+`"] .badge`))))
+	do(t, ctx, chromedp.SetValue(chromedp.CSS(`select[name=state]`), "failed"),
+		chromedp.Click(chromedp.CSS(`form.filters button`)),
+		chromedp.WaitReady(chromedp.CSS(`select[name=state] option[value=failed][selected]`)))
+	ids := get(t, ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#executions tr[data-id]')].map(r => r.dataset.id)`))
+	require.Equal(t, []string{b.failedID}, ids)
+
+	// Execution: its error text, and the picture with one element per node, coloured by state.
+	do(t, ctx, chromedp.Click(chromedp.CSS(`#executions a`)), chromedp.WaitVisible(chromedp.CSS(`#graph`)))
+	require.Contains(t, get(t, ctx, chromedp.Text(chromedp.CSS(`#attempts tr[data-node="charge"] .error-text`))),
+		"card declined: insufficient funds")
+	require.Equal(t, map[string]string{"order": "set", "charge": "failed", "receipt": "waiting"},
+		get(t, ctx, chromedp.Evaluate[map[string]string](nodesJS)))
+	if path := os.Getenv("JOURNEY_UI_SCREENSHOT"); path != "" {
+		require.NoError(t, os.WriteFile(path, get(t, ctx, chromedp.FullScreenshot(100)), 0o644))
+	}
+
+	// Retry: a replica carries it out, and charge runs again (and succeeds, now that it is fixed).
+	b.fixed.Store(true)
+	before := b.charges.Load()
+	do(t, ctx, chromedp.Click(chromedp.CSS(`button.retry[data-node="charge"]`)), chromedp.WaitVisible(chromedp.CSS(`#flash`)))
+	require.Contains(t, get(t, ctx, chromedp.Text(chromedp.CSS(`#flash`))), "carried out by replica "+replicaID)
+	require.Eventually(t, func() bool {
+		d, err := b.db.Inspect(t.Context(), b.failedID)
+		require.NoError(t, err)
+		return len(d.Values) == 3
+	}, 30*time.Second, 50*time.Millisecond, "charge and receipt are set after the retry")
+	require.Greater(t, b.charges.Load(), before)
+	do(t, ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#graph`)))
+	require.Equal(t, map[string]string{"order": "set", "charge": "set", "receipt": "set"},
+		get(t, ctx, chromedp.Evaluate[map[string]string](nodesJS)))
+
+	// Archive, then Unarchive.
+	do(t, ctx, chromedp.Click(chromedp.CSS(`#archive`)), chromedp.WaitVisible(chromedp.CSS(`#unarchive`)))
+	require.Equal(t, "archived", get(t, ctx, chromedp.Text(chromedp.CSS(`#execution-state`))))
+	do(t, ctx, chromedp.Click(chromedp.CSS(`#unarchive`)), chromedp.WaitVisible(chromedp.CSS(`#archive`)))
+	require.NotEqual(t, "archived", get(t, ctx, chromedp.Text(chromedp.CSS(`#execution-state`))))
+
+	// Replicas and reclaims.
+	do(t, ctx, chromedp.Navigate(srv.URL+"/replicas"))
+	require.Equal(t, "live", get(t, ctx, chromedp.Text(chromedp.CSS(`#replicas tr[data-replica="`+replicaID+`"] .badge`))))
+	do(t, ctx, chromedp.Navigate(srv.URL+"/reclaims"))
+	require.Contains(t, get(t, ctx, chromedp.Text(chromedp.CSS(`#reclaims`))), "Nothing was reclaimed in the last hour.")
+
+	// Read-only: no button on the execution's page, and its POSTs are refused.
+	ro := b.opts
+	ro.ReadOnly = true
+	roSrv := serve(t, ro)
+	do(t, ctx, chromedp.Navigate(roSrv.URL+"/executions/"+b.okID), chromedp.WaitVisible(chromedp.CSS(`#graph`)))
+	require.Zero(t, get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('button, form[method=post]').length`)))
+	resp, err := http.PostForm(roSrv.URL+"/executions/"+b.okID+"/archive", url.Values{})
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+}
+
+// migrated returns dashboard options on a freshly migrated schema.
+func migrated(t *testing.T) journeyui.Options {
+	t.Helper()
+	schema := pgtest.Schema(t)
+	_, err := migrations.Migrate(t.Context(), pgtest.BunDB(t, pgtest.URL(t)), schema, nil)
+	require.NoError(t, err)
+	return journeyui.Options{DB: pgtest.DB(t), Schema: schema, Logger: slog.New(slog.DiscardHandler)}
+}
+
+func TestActionsNeedTheCSRFToken(t *testing.T) {
+	t.Parallel()
+	opts := migrated(t)
+	srv := serve(t, opts)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(form url.Values, header http.Header) int {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/executions/nope/archive", strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	// No cookie, no token.
+	require.Equal(t, http.StatusForbidden, post(url.Values{}, nil))
+	// The cookie of a page, but a wrong token.
+	resp, err := client.Get(srv.URL + "/")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, http.StatusForbidden, post(url.Values{"csrf": {strings.Repeat("0", 64)}}, nil))
+	// The page's own token gets through to the action, which finds no such execution.
+	token := csrfOf(t, client, srv.URL+"/")
+	require.Equal(t, http.StatusNotFound, post(url.Values{"csrf": {token}}, nil))
+	// From another site, even with the token.
+	require.Equal(t, http.StatusForbidden, post(url.Values{"csrf": {token}}, http.Header{"Sec-Fetch-Site": {"cross-site"}}))
+}
+
+// csrfOf reads the CSRF token that the forms of a page carry, from its csrf-token meta element.
+func csrfOf(t *testing.T, client *http.Client, pageURL string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, pageURL, nil)
+	require.NoError(t, err)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body := new(strings.Builder)
+	_, err = io.Copy(body, resp.Body)
+	require.NoError(t, err)
+	i := strings.Index(body.String(), `name="csrf-token" content="`)
+	require.GreaterOrEqual(t, i, 0, "the page carries its CSRF token")
+	return body.String()[i+len(`name="csrf-token" content="`):][:64]
+}
+
+func TestListenRefusesNonLoopbackWithoutAuth(t *testing.T) {
+	t.Parallel()
+	opts := migrated(t)
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:8233", "example.com:8233"} {
+		_, err := journeyui.Listen(t.Context(), addr, opts)
+		require.ErrorIs(t, err, journeyui.ErrUnprotected, addr)
+		require.ErrorContains(t, err, "--token", addr)
+	}
+	serveOnce := func(addr string, opts journeyui.Options) string {
+		srv, err := journeyui.Listen(t.Context(), addr, opts)
+		require.NoError(t, err, addr)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel() // serve, then shut down at once
+		require.NoError(t, srv.Serve(ctx))
+		return srv.URL()
+	}
+	require.Regexp(t, `^http://127\.0\.0\.1:\d+/$`, serveOnce("localhost:0", opts))
+	withToken := opts
+	withToken.Token = "s3cret"
+	require.Regexp(t, `^http://127\.0\.0\.1:\d+/\?token=s3cret$`, serveOnce("127.0.0.1:0", withToken))
+}
+
+func TestTokenAndBasicAuth(t *testing.T) {
+	t.Parallel()
+	opts := migrated(t)
+	opts.Token = "s3cret"
+	srv := serve(t, opts)
+	get := func(client *http.Client, path string, header http.Header) *http.Response {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		if header != nil {
+			req.Header = header
+		}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp
+	}
+	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	require.Equal(t, http.StatusUnauthorized, get(plain, "/executions", nil).StatusCode)
+	require.Equal(t, http.StatusUnauthorized, get(plain, "/executions?token=wrong", nil).StatusCode)
+	require.Equal(t, http.StatusOK, get(plain, "/executions", http.Header{"Authorization": {"Bearer s3cret"}}).StatusCode)
+	// ?token= sets a cookie and leads to the same page without the token in its address.
+	resp := get(plain, "/executions?state=failed&token=s3cret", nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/executions?state=failed", resp.Header.Get("Location"))
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	browserLike := &http.Client{Jar: jar}
+	require.Equal(t, http.StatusOK, get(browserLike, "/executions?token=s3cret", nil).StatusCode)
+	require.Equal(t, http.StatusOK, get(browserLike, "/replicas", nil).StatusCode)
+
+	opts.Token, opts.BasicAuth = "", &journeyui.BasicAuth{User: "ops", Password: "pw"}
+	basic := serve(t, opts)
+	req, err := http.NewRequest(http.MethodGet, basic.URL+"/", nil)
+	require.NoError(t, err)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Basic")
+	req.SetBasicAuth("ops", "pw")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func TestBadInputIsShownAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	srv := serve(t, migrated(t))
+	for path, want := range map[string]string{
+		"/executions?state=stuck":        `unknown state &#34;stuck&#34;`,
+		"/executions?where=nonode":       `bad filter &#34;nonode&#34;: want node=value`,
+		"/executions?graph=nope":         `no replica has recorded graph &#34;nope&#34;`,
+		"/executions?limit=0":            `bad limit &#34;0&#34;`,
+		"/executions?after=yesterday":    `bad cursor &#34;yesterday&#34;`,
+		"/executions?version=v1":         `a version (&#34;v1&#34;) needs a graph name too`,
+		"/executions/NOPE":               `execution not found: &#34;NOPE&#34;`,
+		"/executions/NOPE/retry?node=ch": `Method Not Allowed`,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err)
+		require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed}, resp.StatusCode, path)
+		require.Contains(t, string(body), want, path)
+	}
+}
