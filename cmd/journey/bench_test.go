@@ -19,7 +19,7 @@ import (
 // finalLine is the shape of journey bench's last line: the keys in this order, numbers or n/a.
 var finalLine = regexp.MustCompile(`^bench: mode=\S+ graph=\S+ computations/s=\S+ p50_ms=\S+ p99_ms=\S+ ` +
 	`statements_per_computation=\S+ transactions_per_computation=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
-	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+$`)
+	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+$`)
 
 // runBenchLine runs journey bench and returns the fields of its final line, after checking the
 // line's shape.
