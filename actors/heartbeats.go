@@ -40,10 +40,12 @@ type beatingClaim struct {
 // UPDATE per tick, so that a replica sends about one heartbeat statement per heartbeat interval
 // however many computations it runs. Each computation's watchdog registers its claim when it
 // starts and unregisters it when it stops. A tick comes when the first registered claim is due,
-// and extends every claim that would fall due before the next one could (within the shortest
-// interval registered), so that claims registered at different times share statements. A claim
-// whose heartbeat fails, or whose row is locked, is retried sooner; when its heartbeat deadline
-// can no longer be met, or the claim is lost, its watchdog is told.
+// and extends every claim that falls due within the shortest interval registered, so that claims
+// registered at different times share statements; but not one extended, or registered, less than
+// a quarter of its interval ago, so that short computations are not extended at all, and ticks
+// come at least ¾ of an interval apart. A claim whose heartbeat fails, or whose row is locked, is
+// retried sooner; when its heartbeat deadline can no longer be met, or the claim is lost, its
+// watchdog is told.
 type heartbeats struct {
 	store     *persistence.Store
 	replicaID string
@@ -116,19 +118,19 @@ func (h *heartbeats) scheduleNext(ctx actor.Context) {
 	}
 }
 
-// tick extends, in one statement, the heartbeat of every claim due before the next tick could
-// come, and handles the outcome of each.
+// tick extends, in one statement, the heartbeat of every claim due soon enough, and handles the
+// outcome of each.
 func (h *heartbeats) tick(ctx actor.Context) {
 	now := time.Now()
-	var within time.Duration // the shortest interval registered
+	var shortest time.Duration
 	for _, b := range h.claims {
-		if within == 0 || b.interval < within {
-			within = b.interval
+		if shortest == 0 || b.interval < shortest {
+			shortest = b.interval
 		}
 	}
 	var batch []*beatingClaim
 	for _, b := range h.claims {
-		if b.due.After(now.Add(within)) {
+		if b.due.After(now.Add(min(shortest, b.interval*3/4))) {
 			continue
 		}
 		if s := h.hooks.SuppressHeartbeat; s != nil && s(b.c) {
