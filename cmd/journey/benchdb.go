@@ -270,9 +270,15 @@ func (m *monitor) cloneFinished(ctx context.Context, schema, template string, co
 			return fmt.Errorf("inserting finished executions into %s: %w", t.table, err)
 		}
 	}
-	if err := m.exec(ctx, fmt.Sprintf(`ANALYZE %[1]s.executions, %[1]s."values", %[1]s.value_history, %[1]s.computations`, s)); err != nil {
-		return fmt.Errorf("analyzing the tables: %w", err)
+	// Vacuumed too, as old rows are: else autovacuum would visit a million new rows while the
+	// replicas are measured, and the first reads would set their hint bits.
+	if err := m.exec(ctx, fmt.Sprintf(`VACUUM (ANALYZE) %[1]s.executions, %[1]s."values", %[1]s.value_history, %[1]s.computations`, s)); err != nil {
+		return fmt.Errorf("vacuuming the tables: %w", err)
 	}
+	// And written out, so that the measured replicas do not share the disk with a checkpoint
+	// spread over the next minutes. It takes a superuser, or pg_checkpoint: without, the
+	// checkpoint is left to the server.
+	_ = m.exec(ctx, "CHECKPOINT")
 	return nil
 }
 
