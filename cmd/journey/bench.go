@@ -262,7 +262,7 @@ type benchResult struct {
 	totalComputations        int64 // finished in the whole run, tail included
 	failed, unfinished       int64
 	statements, transactions int64 // -1 when not known
-	heartbeats               int64 // the heartbeat UPDATEs of the watchdogs; -1 when not known
+	heartbeats               int64 // the replicas' heartbeat UPDATEs; -1 when not known
 	topStatements            []statementCalls
 }
 

@@ -28,7 +28,7 @@ type benchStats struct {
 	transactions int64 // committed and rolled back, in the database
 	monitorTxs   int64 // the monitor's own, before the snapshot's read
 	calls        int64 // statements run since the reset; -1 without pg_stat_statements
-	heartbeats   int64 // of which the watchdogs' heartbeat UPDATEs; -1 without pg_stat_statements
+	heartbeats   int64 // of which the replicas' heartbeat UPDATEs; -1 without pg_stat_statements
 	others       int   // sessions in the database besides the monitor's
 }
 
