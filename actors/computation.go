@@ -24,14 +24,17 @@ const OutcomeDropped = "claim lost: result dropped"
 
 // Hooks are test-only knobs. The zero value changes nothing.
 type Hooks struct {
-	// SuppressHeartbeat, when it returns true, makes the watchdog skip its write for c, as if the
-	// process had frozen, while the computation keeps running.
+	// SuppressHeartbeat, when it returns true, makes the heartbeats skip their write for c, as if
+	// the process had frozen, while the computation keeps running.
 	SuppressHeartbeat func(c *persistence.Computation) bool
 	// ComputationStarted is called from a computation's Started with its watchdog's PID.
 	ComputationStarted func(c *persistence.Computation, self, watchdog *actor.PID)
 	// ComputationFinished is called when a computation's function has returned and its outcome
 	// was recorded, or dropped ("claim lost: result dropped").
 	ComputationFinished func(c *persistence.Computation, outcome string)
+	// Heartbeating is called by the replica's heartbeats before each heartbeat statement,
+	// with the claims it extends.
+	Heartbeating func(refs []persistence.ClaimRef)
 	// Claiming is called by the dispatcher before each claim, with the claim's context. A test
 	// blocks in it to make the dispatcher busy, as in a slow claim.
 	Claiming func(ctx context.Context)
@@ -44,7 +47,7 @@ type computationEnv struct {
 	logger     *slog.Logger
 	base       context.Context // the parent of every function's context
 	running    *sync.WaitGroup // the goroutines of the running functions
-	heartbeats *actor.PID      // the heartbeat batcher
+	heartbeats *actor.PID      // the replica's heartbeats, with which the watchdogs register
 	completer  *actor.PID      // records the outcomes
 	// completerDone is closed once the completer has stopped.
 	completerDone chan struct{}

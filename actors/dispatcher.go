@@ -138,7 +138,7 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 func (d *dispatcher) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
-		d.env.heartbeats = ctx.Spawn(heartbeatsProps(d.cfg.Store, d.cfg.ReplicaID, d.cfg.Logger))
+		d.env.heartbeats = ctx.Spawn(heartbeatsProps(d.cfg.Store, d.cfg.ReplicaID, d.cfg.Logger, d.cfg.Hooks))
 		d.env.system, d.env.completerDone = ctx.ActorSystem(), make(chan struct{})
 		d.env.completer = ctx.Spawn(completerProps(d.cfg.Store, d.cfg.Logger, d.env.completerDone))
 		d.timers = scheduler.NewTimerScheduler(ctx)

@@ -4,9 +4,10 @@
 //     actor for each; LISTEN/NOTIFY wakes it, and a slow poll covers missed notifications;
 //   - a Computation runs the user's function in a goroutine, with a context it cancels when it
 //     stops, and writes the result through the fenced Store methods;
-//   - its Watchdog, a child spawned in Started, extends the computation's heartbeat deadline every
-//     interval and cancels the computation when the claim is lost or can no longer be kept;
-//   - the heartbeat batcher extends the heartbeats of all the watchdogs in one UPDATE per flush;
+//   - its Watchdog, a child spawned in Started, registers the claim with the replica's heartbeats
+//     and cancels the computation when the claim is lost or can no longer be kept;
+//   - the heartbeats extend the heartbeat deadlines of all the registered claims in one UPDATE per
+//     tick, about one per heartbeat interval however many computations run;
 //   - the replica heartbeat upserts the replica's row, and pauses claiming while it fails;
 //   - the delivery actor sends the lifecycle notifications in the outbox;
 //   - the Listener holds the dedicated LISTEN connection and fans notifications out.

@@ -64,7 +64,7 @@ func setup(t *testing.T) *linked {
 
 	l.system = NewSystem(logger)
 	pids := make(chan [2]*actor.PID, 1)
-	beats := l.system.Root.Spawn(heartbeatsProps(l.store, "r1", logger))
+	beats := l.system.Root.Spawn(heartbeatsProps(l.store, "r1", logger, Hooks{}))
 	base, stop := context.WithCancel(context.Background()) // so that a failed test does not hang in its cleanup
 	done := make(chan struct{})
 	env := &computationEnv{store: l.store, replicaID: "r1", logger: logger, base: base, running: l.running,

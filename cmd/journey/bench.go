@@ -52,7 +52,11 @@ statements_per_computation and transactions_per_computation count everything the
 and producers sent, from pg_stat_statements (when shared_preload_libraries loads it; else
 n/a) and pg_stat_database, over the run, per computation finished. They are n/a when other
 sessions use the database, since their work would be counted: give bench a database of its
-own.
+own. heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
+heartbeat interval (-heartbeat), over the measured time: with -hold, which keeps up to -workers
+computations running at once on each replica, it shows what their heartbeats cost, e.g.
+
+  journey bench -n 10000 -workers 10000 -hold 20s -heartbeat 1s
 
 bench uses $DATABASE_URL. Without it, it starts a throwaway PostgreSQL with pg_stat_statements
 loaded, and deletes it afterwards. It exits 1 if a computation failed or an execution did not
@@ -104,6 +108,16 @@ type benchConfig struct {
 	schema        string // empty: a fresh journey_bench_<random>
 	topStatements int
 	cpuProfile    string
+	hold          time.Duration // how long each measured computation blocks before it returns
+	heartbeat     time.Duration // the compute nodes' heartbeat interval; 0: the graph's default
+}
+
+// heartbeatInterval is the compute nodes' heartbeat interval.
+func (c benchConfig) heartbeatInterval() time.Duration {
+	if c.heartbeat > 0 {
+		return c.heartbeat
+	}
+	return graph.DefaultHeartbeatInterval
 }
 
 // runBench implements "journey bench".
@@ -175,6 +189,10 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.StringVar(&cfg.schema, "schema", "", "the `schema` to create, work in and drop; it must not exist (default journey_bench_<random>)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (this process: the replicas and producers) to `file`")
 	fs.IntVar(&cfg.topStatements, "top-statements", 0, "print the `N` statements with the most calls per computation, from pg_stat_statements")
+	fs.DurationVar(&cfg.hold, "hold", 0, "make each computation block for this `duration` (or until it is canceled) before it returns, "+
+		"so that up to -workers run at once on each replica")
+	fs.DurationVar(&cfg.heartbeat, "heartbeat", 0, "the compute nodes' heartbeat `interval`, their heartbeat timeout 10 times it "+
+		"(default the graph's: 10s, 30s)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return cfg, code, false
 	}
@@ -212,7 +230,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		{"replicas", float64(cfg.replicas), 1}, {"workers", float64(cfg.workers), 1},
 		{"producers", float64(cfg.producers), 1}, {"backlog", float64(cfg.backlog), 1},
 		{"finished-rows", float64(cfg.finishedRows), 0},
-		{"top-statements", float64(cfg.topStatements), 0},
+		{"top-statements", float64(cfg.topStatements), 0}, {"hold", cfg.hold.Seconds(), 0},
+		{"heartbeat", cfg.heartbeat.Seconds(), 0.001},
 	} {
 		if (set[f.name] || f.name == "replicas" || f.name == "workers" || f.name == "producers") && f.value < f.min {
 			return bad("-%s is %s: it must be at least %g", f.name, fs.Lookup(f.name).Value, f.min)
@@ -263,6 +282,7 @@ type benchResult struct {
 	totalComputations        int64 // finished in the whole run, tail included
 	failed, unfinished       int64
 	statements, transactions int64 // -1 when not known
+	heartbeats               int64 // the replicas' heartbeat UPDATEs; -1 when not known
 	topStatements            []statementCalls
 }
 
@@ -282,12 +302,17 @@ func (r benchResult) line(cfg benchConfig) string {
 		}
 		return fmt.Sprintf("%.2f", float64(n)/float64(r.totalComputations))
 	}
+	// The heartbeat statements of a replica per heartbeat interval, over the measured time.
+	beats := na
+	if intervals := r.elapsed.Seconds() / cfg.heartbeatInterval().Seconds(); r.heartbeats >= 0 && intervals > 0 {
+		beats = fmt.Sprintf("%.2f", float64(r.heartbeats)/float64(cfg.replicas)/intervals)
+	}
 	return fmt.Sprintf("bench: mode=%s graph=%s computations/s=%s p50_ms=%s p99_ms=%s statements_per_computation=%s "+
 		"transactions_per_computation=%s replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
-		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d",
+		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d heartbeat_statements_per_interval=%s",
 		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions),
 		cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
-		r.backlogStart, r.backlogEnd, r.failed, r.unfinished)
+		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -371,11 +396,11 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	if err != nil {
 		return res, err
 	}
-	res.statements, res.transactions = end.statementsSince(base), end.transactionsSince(base)
+	res.statements, res.transactions, res.heartbeats = end.statementsSince(base), end.transactionsSince(base), end.heartbeatsSince(base)
 	if others := max(base.others, end.others); others > 0 {
 		fmt.Fprintf(b.env.stdout, "bench: statements and transactions are n/a: %d other session(s) use database %s, "+
 			"and their work would be counted; run bench on a database of its own\n", others, db.describe())
-		res.statements, res.transactions = -1, -1
+		res.statements, res.transactions, res.heartbeats = -1, -1, -1
 	}
 	if statements && b.cfg.topStatements > 0 {
 		if res.topStatements, err = db.topStatements(ctx, b.cfg.topStatements); err != nil {
@@ -405,7 +430,7 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 			return ctx.Err()
 		}
 		return nil
-	})
+	}, b.nodeOptions()...)
 	cfg := b.runtimeConfig(g, "setup", 1)
 	// No sweep: the computation it holds during a long preload would pass its deadline, and
 	// be abandoned instead of released.
@@ -523,6 +548,30 @@ func (b *benchmark) graph(before func(ctx context.Context) error, opts ...graph.
 	return graph.MustNew("bench-"+b.cfg.shape, "v1", nodes)
 }
 
+// nodeOptions are the options of the compute nodes, for the setup and the measured replicas
+// alike: the heartbeat is written into each computation as it is made ready.
+func (b *benchmark) nodeOptions() []graph.NodeOption {
+	if b.cfg.heartbeat == 0 {
+		return nil
+	}
+	return []graph.NodeOption{graph.Heartbeat(b.cfg.heartbeat, 10*b.cfg.heartbeat)}
+}
+
+// holdFor blocks for -hold, or until ctx ends, before a measured computation returns.
+func (b *benchmark) holdFor(ctx context.Context) error {
+	if b.cfg.hold <= 0 {
+		return nil
+	}
+	t := time.NewTimer(b.cfg.hold)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // leaves are the compute nodes that no node needs: an execution has finished when they are set.
 func (b *benchmark) leaves() []string {
 	needed := map[string]bool{}
@@ -551,14 +600,14 @@ func (b *benchmark) runtimeConfig(g *graph.Graph, name string, workers int) jour
 
 // startReplicas starts the measured replicas, at once.
 func (b *benchmark) startReplicas(ctx context.Context) ([]*journey.Runtime, error) {
-	g := b.graph(func(context.Context) error { return nil }, graph.OnSave(func(_ context.Context, e graph.SaveEvent) {
+	g := b.graph(b.holdFor, append(b.nodeOptions(), graph.OnSave(func(_ context.Context, e graph.SaveEvent) {
 		if e.Err != nil {
 			b.failed.Add(1)
 		} else {
 			b.done.Add(1)
 		}
 		b.signal()
-	}))
+	}))...)
 	b.measured = g
 	rts := make([]*journey.Runtime, b.cfg.replicas)
 	var eg errgroup.Group

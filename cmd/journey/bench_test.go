@@ -19,7 +19,7 @@ import (
 // finalLine is the shape of journey bench's last line: the keys in this order, numbers or n/a.
 var finalLine = regexp.MustCompile(`^bench: mode=\S+ graph=\S+ computations/s=\S+ p50_ms=\S+ p99_ms=\S+ ` +
 	`statements_per_computation=\S+ transactions_per_computation=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
-	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+$`)
+	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+$`)
 
 // runBenchLine runs journey bench and returns the fields of its final line, after checking the
 // line's shape.
@@ -116,6 +116,17 @@ func TestBenchCountsStatementsOnItsOwnCluster(t *testing.T) {
 	require.Equal(t, 3, strings.Count(stdout, "\nbench:   "), "three statements listed:\n%s", stdout)
 }
 
+// With every computation running at once for a while, the replica's heartbeats cost about one
+// statement per heartbeat interval, however many run.
+func TestBenchCountsHeartbeatStatements(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	fields, _ := runBenchLine(t, "-n", "200", "-workers", "200", "-hold", "1s", "-heartbeat", "100ms")
+	require.Equal(t, "0", fields["unfinished"])
+	perInterval := number(t, fields, "heartbeat_statements_per_interval")
+	require.Positive(t, perInterval, "the computations ran for 10 intervals: their heartbeats were extended")
+	require.LessOrEqual(t, perInterval, 1.5)
+}
+
 func TestBenchBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -123,6 +134,7 @@ func TestBenchBadFlags(t *testing.T) {
 	}{
 		{[]string{}, "give -n N"},
 		{[]string{"-n", "0"}, "-n is 0"},
+		{[]string{"-n", "5", "-heartbeat", "0s"}, "-heartbeat is 0s"},
 		{[]string{"-n", "5", "-duration", "1s"}, "-n (drain) cannot be combined"},
 		{[]string{"-rate", "10"}, "-rate needs -duration"},
 		{[]string{"-rate", "-1", "-duration", "1s"}, "-rate is -1"},

@@ -28,6 +28,7 @@ type benchStats struct {
 	transactions int64 // committed and rolled back, in the database
 	monitorTxs   int64 // the monitor's own, before the snapshot's read
 	calls        int64 // statements run since the reset; -1 without pg_stat_statements
+	heartbeats   int64 // of which the replicas' heartbeat UPDATEs; -1 without pg_stat_statements
 	others       int   // sessions in the database besides the monitor's
 }
 
@@ -157,7 +158,7 @@ func (m *monitor) waitReplicasGone(ctx context.Context) (int, error) {
 // the calls of its statements. The first snapshot (reset true) resets the statements of this
 // database first.
 func (m *monitor) snapshot(ctx context.Context, reset bool) (benchStats, error) {
-	s := benchStats{calls: -1}
+	s := benchStats{calls: -1, heartbeats: -1}
 	err := m.queryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "+
 		"AND backend_type = 'client backend' AND pid <> pg_backend_pid()", nil, &s.others)
 	if err != nil {
@@ -183,6 +184,13 @@ func (m *monitor) snapshot(ctx context.Context, reset bool) (benchStats, error) 
 		if err != nil {
 			return s, fmt.Errorf("reading pg_stat_statements: %w", err)
 		}
+		// The heartbeat UPDATE is the one statement that starts its SET with heartbeat_deadline.
+		err = m.queryRow(ctx, "SELECT coalesce(sum(calls), 0)::bigint FROM "+m.stats+".pg_stat_statements "+
+			"WHERE dbid = $1 AND regexp_replace(query, '\\s+', ' ', 'g') LIKE '%computations c SET heartbeat_deadline =%' "+
+			"AND query NOT LIKE '%pg_stat%'", []any{m.dbid}, &s.heartbeats)
+		if err != nil {
+			return s, fmt.Errorf("reading the heartbeat statements from pg_stat_statements: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -193,6 +201,14 @@ func (s benchStats) statementsSince(base benchStats) int64 {
 		return -1
 	}
 	return s.calls - base.calls
+}
+
+// heartbeatsSince is the number of heartbeat UPDATEs between the snapshots, or -1.
+func (s benchStats) heartbeatsSince(base benchStats) int64 {
+	if s.heartbeats < 0 || base.heartbeats < 0 {
+		return -1
+	}
+	return s.heartbeats - base.heartbeats
 }
 
 // transactionsSince is the number of transactions between the snapshots, the monitor's left out.
@@ -254,9 +270,15 @@ func (m *monitor) cloneFinished(ctx context.Context, schema, template string, co
 			return fmt.Errorf("inserting finished executions into %s: %w", t.table, err)
 		}
 	}
-	if err := m.exec(ctx, fmt.Sprintf(`ANALYZE %[1]s.executions, %[1]s."values", %[1]s.value_history, %[1]s.computations`, s)); err != nil {
-		return fmt.Errorf("analyzing the tables: %w", err)
+	// Vacuumed too, as old rows are: else autovacuum would visit a million new rows while the
+	// replicas are measured, and the first reads would set their hint bits.
+	if err := m.exec(ctx, fmt.Sprintf(`VACUUM (ANALYZE) %[1]s.executions, %[1]s."values", %[1]s.value_history, %[1]s.computations`, s)); err != nil {
+		return fmt.Errorf("vacuuming the tables: %w", err)
 	}
+	// And written out, so that the measured replicas do not share the disk with a checkpoint
+	// spread over the next minutes. It takes a superuser, or pg_checkpoint: without, the
+	// checkpoint is left to the server.
+	_ = m.exec(ctx, "CHECKPOINT")
 	return nil
 }
 
