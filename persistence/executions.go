@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -246,36 +247,46 @@ type NodeState struct {
 // Failed reports whether the node has used up its attempts with nothing pending.
 func (ns NodeState) Failed() bool { return ns.Latest != nil && ns.Latest.failedForGood() }
 
-// NodeState reads a node's value and its newest attempt, in one round trip.
+// NodeState reads a node's value and its newest attempt, in one statement.
 func (s *Store) NodeState(ctx context.Context, id, node string) (NodeState, error) {
-	var execs []*Execution
-	var vals []*valueRow
-	var latest []*Computation
-	err := s.read(ctx,
-		step{s.q(`SELECT * FROM {s}.executions WHERE id = $1`), []any{id}, collect(&execs)},
-		step{s.q(`SELECT execution_id, node, value, metadata, revision, set_at FROM {s}."values"
-			WHERE execution_id = $1 AND node = $2`), []any{id, node}, collect(&vals)},
-		step{s.q(`SELECT * FROM {s}.computations WHERE execution_id = $1 AND node = $2
-			ORDER BY id DESC LIMIT 1`), []any{id, node}, collect(&latest)})
-	if err != nil {
+	var rows []struct {
+		Computation                   // the newest attempt; ID 0 if none
+		GraphName     string          `bun:"e_graph_name"`
+		GraphVersion  string          `bun:"e_graph_version"`
+		Revision      int64           `bun:"e_revision"`
+		Value         json.RawMessage `bun:"v_value"`
+		Metadata      json.RawMessage `bun:"v_metadata"`
+		ValueRevision *int64          `bun:"v_revision"`
+		SetAt         *time.Time      `bun:"v_set_at"`
+	}
+	err := s.db.NewRaw(s.q(`SELECT e.graph_name AS e_graph_name, e.graph_version AS e_graph_version,
+			e.revision AS e_revision, v.value AS v_value, v.metadata AS v_metadata, v.revision AS v_revision,
+			v.set_at AS v_set_at, c.*
+		FROM {s}.executions e
+		LEFT JOIN {s}."values" v ON v.execution_id = e.id AND v.node = ?
+		LEFT JOIN LATERAL (SELECT * FROM {s}.computations
+			WHERE execution_id = e.id AND node = ? ORDER BY id DESC LIMIT 1) c ON true
+		WHERE e.id = ?`), node, node, id).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
 		return NodeState{}, fmt.Errorf("reading node %q of %s: %w", node, id, err)
 	}
-	if len(execs) == 0 {
+	if len(rows) == 0 {
 		return NodeState{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	g, ok := s.Graph(execs[0].GraphName, execs[0].GraphVersion)
+	row := rows[0]
+	g, ok := s.Graph(row.GraphName, row.GraphVersion)
 	if !ok {
-		return NodeState{}, fmt.Errorf("%w: %q version %q", ErrUnknownGraph, execs[0].GraphName, execs[0].GraphVersion)
+		return NodeState{}, fmt.Errorf("%w: %q version %q", ErrUnknownGraph, row.GraphName, row.GraphVersion)
 	}
 	if _, ok := g.Node(node); !ok {
 		return NodeState{}, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), node)
 	}
-	ns := NodeState{Revision: execs[0].Revision}
-	if len(vals) > 0 {
-		ns.Value = vals[0].toValue()
+	ns := NodeState{Revision: row.Revision}
+	if row.ValueRevision != nil {
+		ns.Value = graph.Value{Raw: row.Value, Revision: *row.ValueRevision, SetAt: *row.SetAt, Metadata: row.Metadata}
 	}
-	if len(latest) > 0 {
-		ns.Latest = latest[0]
+	if row.ID != 0 {
+		ns.Latest = &row.Computation
 	}
 	return ns, nil
 }

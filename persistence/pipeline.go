@@ -52,15 +52,6 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 	})
 }
 
-// read sends steps that need no transaction of their own in one round trip. PostgreSQL runs
-// them in one implicit transaction, each with its own snapshot.
-func (s *Store) read(ctx context.Context, steps ...step) error {
-	return s.withConn(ctx, func(t *txn) error {
-		t.begun = true // no BEGIN
-		return t.send(ctx, steps...)
-	})
-}
-
 // withConn runs fn on a txn over a connection of the pool, which has not begun.
 func (s *Store) withConn(ctx context.Context, fn func(t *txn) error) error {
 	conn, err := s.db.Conn(ctx)

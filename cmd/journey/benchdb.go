@@ -36,6 +36,7 @@ type benchStats struct {
 type statementCalls struct {
 	calls  int64
 	meanMs float64
+	planMs float64 // the mean planning time
 	query  string
 }
 
@@ -219,7 +220,7 @@ func (s benchStats) transactionsSince(base benchStats) int64 {
 // topStatements returns the n statements of this database with the most calls.
 func (m *monitor) topStatements(ctx context.Context, n int) ([]statementCalls, error) {
 	m.txs++
-	rows, err := m.conn.Query(ctx, "SELECT calls, mean_exec_time, regexp_replace(query, '\\s+', ' ', 'g') FROM "+
+	rows, err := m.conn.Query(ctx, "SELECT calls, mean_exec_time, mean_plan_time, regexp_replace(query, '\\s+', ' ', 'g') FROM "+
 		m.stats+".pg_stat_statements WHERE dbid = $1 AND query NOT LIKE '%pg_stat%' ORDER BY calls DESC LIMIT $2", m.dbid, n)
 	if err != nil {
 		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
@@ -227,7 +228,7 @@ func (m *monitor) topStatements(ctx context.Context, n int) ([]statementCalls, e
 	var top []statementCalls
 	for rows.Next() {
 		var s statementCalls
-		if err := rows.Scan(&s.calls, &s.meanMs, &s.query); err != nil {
+		if err := rows.Scan(&s.calls, &s.meanMs, &s.planMs, &s.query); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
 		}
