@@ -1,12 +1,14 @@
 // Package persistence is where all of journey-go's SQL lives. Nothing else in the project writes a
 // query.
 //
-// A Store wraps a bun.DB on pgx (simple protocol) and offers one method per operation: create an
+// A Store wraps a bun.DB on pgx's stdlib driver (simple protocol) and offers one method per operation: create an
 // execution, set values, claim computations, extend a heartbeat, complete or fail an attempt,
 // abandon expired attempts, promote pending ones. Every method that writes to an execution also
 // advances it (gates, new computations, invalidation) in the same transaction, serialised per
 // execution by the lock on its executions row. Record writes the outcomes of many attempts in one
-// transaction, with set-based statements.
+// transaction, with set-based statements. A write goes out in as few round trips as it can (see
+// txn): the BEGIN, the lock and the loads in one pgx batch on the transaction's connection, the
+// new attempts, the revisions and the NOTIFY with the COMMIT.
 //
 // Writes made on behalf of a running computation are fenced: they match only a row that is still
 // RUNNING under the same replica and claim token, so a computation that lost its claim can never
