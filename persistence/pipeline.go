@@ -36,24 +36,9 @@ type step struct {
 	read func(br pgx.BatchResults) error
 }
 
-// inTxn runs fn in a txn and commits it. If fn fails, or the commit does, the transaction is
-// rolled back.
+// inTxn runs fn in a txn on a connection of the pool, and commits it. If fn fails, or the commit
+// does, the transaction is rolled back.
 func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) error) error {
-	return s.withConn(ctx, func(t *txn) error {
-		if err := fn(ctx, t); err != nil {
-			t.rollback(ctx)
-			return err
-		}
-		if err := t.send(ctx, append(t.tail, step{sql: "COMMIT"})...); err != nil {
-			t.rollback(ctx)
-			return fmt.Errorf("committing: %w", err)
-		}
-		return nil
-	})
-}
-
-// withConn runs fn on a txn over a connection of the pool, which has not begun.
-func (s *Store) withConn(ctx context.Context, fn func(t *txn) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("taking a connection: %w", err)
@@ -71,7 +56,15 @@ func (s *Store) withConn(ctx context.Context, fn func(t *txn) error) error {
 	if err != nil {
 		return err
 	}
-	return fn(t)
+	if err := fn(ctx, t); err != nil {
+		t.rollback(ctx)
+		return err
+	}
+	if err := t.send(ctx, append(t.tail, step{sql: "COMMIT"})...); err != nil {
+		t.rollback(ctx)
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
 }
 
 // rollback ends a failed transaction. If that fails too, the connection still holds the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,5 +203,47 @@ func TestRecordSiblingsInOneBatchRunOnce(t *testing.T) {
 	require.Len(t, comps, 3, "no node started again")
 	for _, c := range comps {
 		require.Equal(t, StateSuccess, c.State, "node %s", c.Node)
+	}
+}
+
+// Two writers of one execution, at once: each batch loads after its lock, so the second sees
+// what the first committed. A node that needs both inputs gets exactly one attempt, with both.
+func TestConcurrentSetsSeeEachOther(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("both", "v1", []graph.Node{
+		graph.Input("a"), graph.Input("b"),
+		graph.Compute("sum", graph.Needs("a", "b"), func(ctx context.Context, in graph.Values) (any, error) { return 0, nil }),
+	})
+	b := setup(t, g)
+	ctx := context.Background()
+	const n = 30
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = b.start(t, g, nil)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for _, id := range ids {
+		for _, node := range []string{"a", "b"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := b.store.SetValues(ctx, id, map[string]json.RawMessage{node: json.RawMessage(`1`)}, nil, nil)
+				errs <- err
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, id := range ids {
+		comps, err := b.store.Computations(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, comps, 1, "execution %s: one attempt of sum", id)
+		sig := parseSignature(comps[0].ComputedWith)
+		require.ElementsMatch(t, []int64{1, 2}, []int64{sig["a"], sig["b"]}, "both inputs, each at its own revision: %s",
+			comps[0].ComputedWith)
 	}
 }
