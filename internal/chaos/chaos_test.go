@@ -53,10 +53,12 @@ func TestSIGKILLedReplicaLosesNothing(t *testing.T) {
 	for _, comp := range c.audit(t, append(ids, more...)) {
 		if comp.State == persistence.StateAbandoned {
 			abandoned++
-			// A replica starved on a loaded machine may miss its own stale-after too: its work
-			// is abandoned for the same reason, and fenced like the killed one's.
-			require.Equal(t, persistence.ReasonReplica(*comp.ReplicaID), *comp.Error,
-				"every abandoned attempt was abandoned because its replica stopped heartbeating")
+			// A replica starved on a loaded machine may miss its own stale-after too, or the
+			// heartbeat deadlines of its claims (the race-built replicas of this test can stall
+			// for seconds on 2 cores): its work is abandoned for not heartbeating, and fenced like
+			// the killed one's. Never for anything else.
+			require.Contains(t, []string{persistence.ReasonReplica(*comp.ReplicaID), persistence.ReasonHeartbeat}, *comp.Error,
+				"every abandoned attempt was abandoned because it stopped heartbeating")
 		}
 		if comp.Attempt > 1 && comp.ClaimedAt != nil && (firstReclaim.IsZero() || comp.ClaimedAt.Before(firstReclaim)) {
 			firstReclaim = *comp.ClaimedAt
