@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // Execution is one run of a graph.

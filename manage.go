@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // LoadOption modifies Load.

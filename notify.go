@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // EventType names a lifecycle event.

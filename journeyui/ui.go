@@ -24,7 +24,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // Defaults of Options.

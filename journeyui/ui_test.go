@@ -24,7 +24,7 @@ import (
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/journeyui"
 	"github.com/journey-go/journey/migrations"
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

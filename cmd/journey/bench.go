@@ -23,7 +23,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/devpg"
+	"github.com/journey-go/journey/devpg"
 )
 
 const benchDescription = `bench measures the throughput and latency of journey-go on PostgreSQL, in the manner of

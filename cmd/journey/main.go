@@ -27,7 +27,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // command is a subcommand of journey.

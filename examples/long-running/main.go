@@ -21,7 +21,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/devpg"
+	"github.com/journey-go/journey/devpg"
 )
 
 const (

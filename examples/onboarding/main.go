@@ -18,7 +18,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/devpg"
+	"github.com/journey-go/journey/devpg"
 )
 
 // onboarding is the graph: greeting runs once name and email are both set.

@@ -24,7 +24,7 @@ import (
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/migrations"
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // defaults is a worker configuration for tests: short intervals, work of 1 to 2 seconds.

@@ -26,9 +26,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
-	"github.com/journey-go/journey/internal/devpg"
+	"github.com/journey-go/journey/devpg"
 	"github.com/journey-go/journey/internal/pgtest"
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // The soak's knobs, read from the environment.

@@ -41,7 +41,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
-	"github.com/journey-go/journey/internal/devpg"
+	"github.com/journey-go/journey/devpg"
 )
 
 const (

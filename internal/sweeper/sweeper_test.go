@@ -15,8 +15,8 @@ import (
 	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/migrations"
-	"github.com/journey-go/journey/persistence"
-	"github.com/journey-go/journey/sweeper"
+	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/sweeper"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -13,7 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // writeTimeout bounds the transaction that records an attempt's outcome.

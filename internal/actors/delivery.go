@@ -8,7 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // maxDeliveriesPerRound bounds one round of deliveries, so that the actor reads its mailbox (a

@@ -13,7 +13,7 @@ import (
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/migrations"
-	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // logged is a slog handler that passes each record's message to a channel, so that a test can
