@@ -175,6 +175,9 @@ func (h *heartbeats) tick(ctx actor.Context) {
 			b.due = done.Add(retry)
 		case beat == persistence.BeatLost:
 			h.lose(ctx, b, "claim lost: the computation was abandoned or reclaimed")
+		case beat == persistence.BeatFinished:
+			// Its watchdog unregisters it as the computation stops.
+			delete(h.claims, b.c.ID)
 		default:
 			// Extended as of the statement's start, at the latest.
 			b.lastOK, b.failures, b.due = now, 0, now.Add(b.interval)

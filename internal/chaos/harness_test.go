@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/migrations"
-	"github.com/journey-go/journey/internal/persistence"
 )
 
 // defaults is a worker configuration for tests: short intervals, work of 1 to 2 seconds.
@@ -216,6 +216,9 @@ func (c *cluster) submit(t *testing.T, n int) []string {
 	return c.submitting(n)(t)
 }
 
+// submitters is how many executions the test submits at once.
+const submitters = 8
+
 // submitting starts n executions and sets their input, in the background. The function it
 // returns waits until they are all submitted, fails the test if any could not be, and returns
 // their ids.
@@ -223,10 +226,15 @@ func (c *cluster) submitting(n int) func(t *testing.T) []string {
 	ids := make([]string, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
+	// As many submitters as a client's pool would have: a goroutine (and a new connection) for
+	// each execution would fork hundreds of backends at once, and starve the replicas on 2 cores.
+	slots := make(chan struct{}, submitters)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			ctx := context.Background()
 			errs <- retry(func() error {
 				e, err := c.store.CreateExecution(ctx, c.g)

@@ -104,6 +104,9 @@ const (
 	// BeatBusy: the row was locked, by its own completion most likely, and was left alone: the
 	// claim is neither known alive nor lost. Try again soon.
 	BeatBusy
+	// BeatFinished: the claim's own outcome was recorded (SUCCESS or FAILED) while the heartbeat
+	// ran: there is nothing left to extend, and nothing to cancel.
+	BeatFinished
 )
 
 // Heartbeat extends the heartbeat deadlines of the given claims of replicaID, in one statement.
@@ -140,17 +143,24 @@ func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef
 	if len(alive) == len(refs) {
 		return out, nil
 	}
-	// Tell the lost claims from the locked ones, without waiting for the locks.
-	var busy []int64
-	err = db.NewRaw(s.q(`SELECT c.id FROM {s}.computations c
+	// Tell the lost claims from the locked ones, without waiting for the locks. A skipped row
+	// whose lock was its own completion's may be committed by now: finished, not lost.
+	var skipped []struct {
+		ID    int64  `bun:"id"`
+		State string `bun:"state"`
+	}
+	err = db.NewRaw(s.q(`SELECT c.id, c.state FROM {s}.computations c
 		JOIN unnest(?::bigint[], ?::uuid[]) AS r(id, token) ON c.id = r.id AND c.claim_token = r.token
-		WHERE c.state = 'RUNNING' AND c.replica_id = ? AND NOT c.id = ANY(?::bigint[])`),
-		pgdialect.Array(ids), pgdialect.Array(tokens), replicaID, pgdialect.Array(alive)).Scan(ctx, &busy)
+		WHERE c.state IN ('RUNNING', 'SUCCESS', 'FAILED') AND c.replica_id = ? AND NOT c.id = ANY(?::bigint[])`),
+		pgdialect.Array(ids), pgdialect.Array(tokens), replicaID, pgdialect.Array(alive)).Scan(ctx, &skipped)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("checking the claims whose heartbeat was skipped: %w", err)
 	}
-	for _, id := range busy {
-		out[id] = BeatBusy
+	for _, c := range skipped {
+		out[c.ID] = BeatFinished
+		if c.State == StateRunning {
+			out[c.ID] = BeatBusy
+		}
 	}
 	return out, nil
 }

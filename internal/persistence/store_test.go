@@ -172,6 +172,12 @@ func TestFencedWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(42), vals.Int("y"))
 	require.ErrorIs(t, b.store.Complete(ctx, again, json.RawMessage(`43`), nil), ErrClaimLost, "a completion writes once")
+	beats, err = b.store.Heartbeat(ctx, "r2", []ClaimRef{again.Ref()})
+	require.NoError(t, err)
+	require.Equal(t, BeatFinished, beats[again.ID], "a heartbeat that raced its own completion finds it finished, not lost")
+	beats, err = b.store.Heartbeat(ctx, "r1", []ClaimRef{c.Ref()})
+	require.NoError(t, err)
+	require.Equal(t, BeatLost, beats[c.ID], "a released claim is lost, though its row succeeded under another claim")
 }
 
 func TestSweepIsSingleFlight(t *testing.T) {
