@@ -67,6 +67,42 @@ func TestRetentionKeepsWhatTheSemanticsNeed(t *testing.T) {
 	require.Equal(t, int64(60), vals.Int("y"))
 }
 
+// A pass examines a bounded window of the finished attempts, however many old ones are kept as
+// the newest of their node, and the next pass goes on from where it stopped. Once at the
+// cutoff, it starts again from the oldest, and finds an attempt that was superseded meanwhile.
+func TestRetentionExaminesABoundedWindowPerPass(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.ready(t, 30)
+	for range ids {
+		require.NoError(t, b.store.Complete(ctx, b.claimOne(t, "r1"), json.RawMessage(`1`), nil))
+	}
+	b.clock.Advance(25 * time.Hour)
+	cutoff := b.clock.Now().Add(-24 * time.Hour)
+	pass := func() (deleted, examined int) {
+		t.Helper()
+		deleted, examined, err := b.store.pruneAttempts(ctx, cutoff, 2)
+		require.NoError(t, err)
+		return deleted, examined
+	}
+	deleted, examined := pass()
+	require.Equal(t, [2]int{0, 2 * pruneScanFactor}, [2]int{deleted, examined}, "a pass examines at most Limit×%d attempts", pruneScanFactor)
+	deleted, examined = pass()
+	require.Equal(t, [2]int{0, 30 - 2*pruneScanFactor}, [2]int{deleted, examined}, "the next pass goes on to the cutoff")
+
+	old := b.latest(t, ids[5], "y")
+	_, err := b.store.SetValues(ctx, ids[5], map[string]json.RawMessage{"x": json.RawMessage(`2`)}, nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.store.Complete(ctx, b.claimOne(t, "r1"), json.RawMessage(`2`), nil))
+	deleted, examined = pass()
+	require.Equal(t, [2]int{1, 2 * pruneScanFactor}, [2]int{deleted, examined}, "the pass after the cutoff starts again from the oldest")
+	comps, err := b.store.Computations(ctx, ids[5])
+	require.NoError(t, err)
+	require.Len(t, comps, 1)
+	require.NotEqual(t, old.ID, comps[0].ID, "the superseded attempt is the one deleted")
+}
+
 // (j) What a write reads of an execution's attempts does not grow with its age: the newest
 // attempt of each node, read from the index, whatever the number of older ones.
 func TestWritesReadOneAttemptPerNode(t *testing.T) {

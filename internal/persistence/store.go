@@ -124,6 +124,7 @@ type Store struct {
 	promoteKey  string
 	lockTimeout time.Duration
 	hooks       Hooks
+	pruned      pruneCursor
 }
 
 // New returns a Store. It does not touch the database.
