@@ -11,12 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/internal/clock"
-	"github.com/journey-go/journey/migrations"
 	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/sweeper"
+	"github.com/journey-go/journey/migrations"
 )
 
 // Defaults of Config.

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey"
-	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/persistence"
 )

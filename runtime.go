@@ -22,11 +22,11 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
-	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/sweeper"
+	"github.com/journey-go/journey/migrations"
 )
 
 const (

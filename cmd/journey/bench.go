@@ -22,8 +22,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/journey-go/journey"
-	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/devpg"
+	"github.com/journey-go/journey/graph"
 )
 
 const benchDescription = `bench measures the throughput and latency of journey-go on PostgreSQL, in the manner of

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/journey-go/journey"
-	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/devpg"
+	"github.com/journey-go/journey/graph"
 )
 
 const (

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/journey-go/journey"
-	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/devpg"
+	"github.com/journey-go/journey/graph"
 )
 
 // onboarding is the graph: greeting runs once name and email are both set.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/migrations"
-	"github.com/journey-go/journey/internal/persistence"
 )
 
 func TestMain(m *testing.M) {

@@ -13,10 +13,10 @@ import (
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
-	"github.com/journey-go/journey/internal/pgtest"
-	"github.com/journey-go/journey/migrations"
 	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/internal/sweeper"
+	"github.com/journey-go/journey/migrations"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
