@@ -335,8 +335,9 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 		}
 		select {
 		case <-srv.exited:
-			return fmt.Errorf("postgres exited before accepting connections (%w); server log:\n%s",
-				srv.err, c.logTail())
+			// srv.err is nil if postgres exited with status 0, which %w would print as %!w(<nil>).
+			return fmt.Errorf("postgres exited before accepting connections (%v); server log:\n%s",
+				srv.err, c.logTail()) //nolint:errorlint // see above
 		case <-ctx.Done():
 			return fmt.Errorf("postgres did not accept connections (%w; last error: %w); server log:\n%s",
 				ctx.Err(), err, c.logTail())
