@@ -43,7 +43,7 @@ test-process:
 
 # golangci-lint is pinned, and built from the Go module proxy into bin/ (git-ignored) when the
 # binary there is missing or another version. On two cores its first build takes minutes (measured:
-# 4.5 with the build cache warm, 8 with it empty on a busy machine); later ones, seconds.
+# 4.5, and 8 with an empty build cache on a busy machine); later ones take seconds.
 GOLANGCI_LINT_VERSION = 2.15.0
 GOLANGCI_LINT = $(CURDIR)/bin/golangci-lint
 
@@ -56,7 +56,7 @@ lint:
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy (the diff above is what it would change)"; exit 1; }
 	@if [ "$$($(GOLANGCI_LINT) version --short 2>/dev/null)" != "$(GOLANGCI_LINT_VERSION)" ]; then \
 		echo "installing golangci-lint v$(GOLANGCI_LINT_VERSION) into bin/ (a few minutes, the first time)"; \
-		GOBIN="$(CURDIR)/bin" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$(GOLANGCI_LINT_VERSION); \
+		rm -f "$(GOLANGCI_LINT)" && GOBIN="$(CURDIR)/bin" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$(GOLANGCI_LINT_VERSION); \
 	fi
 	$(GOLANGCI_LINT) run
 
