@@ -254,7 +254,7 @@ func (r *Runtime) encode(what string, v any) (json.RawMessage, error) {
 		err = persistence.CheckValue(raw, r.cfg.MaxValueBytes)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidValue, what, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidValue, what, err)
 	}
 	return raw, nil
 }
@@ -303,6 +303,11 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 		opt(&o)
 	}
 	var poll *time.Timer
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
 	every := r.cfg.PollInterval
 	for {
 		var w *waiter
@@ -320,7 +325,6 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 		w.seen.Store(seen)
 		if poll == nil {
 			poll = time.NewTimer(every)
-			defer poll.Stop()
 		}
 		select {
 		case <-ctx.Done():

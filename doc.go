@@ -36,6 +36,8 @@
 //	rev, err = rt.Set(ctx, ex.ID, "email", "mario@example.com")
 //	greeting, err := journey.GetAs[string](ctx, rt, ex.ID, "greeting", journey.WaitAny())
 //
+// ExampleRuntime is this program whole, with its errors handled, and the output it prints.
+//
 // Start can set inputs itself, as one change (revision 1), and StartMany starts many executions
 // in one transaction, for bulk:
 //
@@ -43,8 +45,9 @@
 //	execs, err := rt.StartMany(ctx, onboarding, []map[string]any{{"name": "Luigi"}, {"name": "Peach"}})
 //
 // Values, History, Computations and Summarize show what an execution holds, how it changed, what
-// ran, and what each pending node waits for; List and Count find executions by their values. Errors match the sentinels with errors.Is: ErrNotFound, ErrNotSet,
-// ErrComputationFailed and the others.
+// ran, and what each pending node waits for; List and Count find executions by their values.
+// Errors match the sentinels with errors.Is: ErrNotFound, ErrNotSet, ErrComputationFailed and
+// the others.
 //
 // # Replicas
 //

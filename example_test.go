@@ -2,16 +2,10 @@ package journey_test
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
@@ -32,7 +26,7 @@ func ExampleRuntime() {
 	})
 
 	// An application passes its own database URL, and usually keeps the default schema.
-	url, schema, dropSchema := exampleDB()
+	url, schema, dropSchema := pgtest.ExampleSchema("ExampleRuntime")
 	defer dropSchema()
 	rt, err := journey.New(ctx, journey.Config{
 		DatabaseURL: url,
@@ -92,7 +86,7 @@ func ExampleRuntime_StartMany() {
 				return "Hello, " + in.String("name"), nil
 			}),
 	})
-	url, schema, dropSchema := exampleDB()
+	url, schema, dropSchema := pgtest.ExampleSchema("ExampleRuntime_StartMany")
 	defer dropSchema()
 	rt, err := journey.New(ctx, journey.Config{
 		DatabaseURL: url,
@@ -140,27 +134,4 @@ func ExampleRuntime_StartMany() {
 	// Hello, Peach (revision 3)
 	// Hello, Toad (revision 3)
 	// true inputs[1]: journey: node is not an input: "greeting" is a compute node; only input nodes can be set
-}
-
-// exampleDB returns the test database of this package (see TestMain), a fresh schema name, and
-// a function that drops that schema. Examples get no testing.T, so they cannot use
-// pgtest.Schema.
-func exampleDB() (url, schema string, drop func()) {
-	url = pgtest.BaseURL()
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	schema = "jt_example_" + hex.EncodeToString(suffix[:])
-	return url, schema, func() {
-		db, err := sql.Open("pgx", url)
-		if err != nil {
-			fmt.Println("opening the database to drop the example schema:", err)
-			return
-		}
-		defer db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			fmt.Println("dropping the example schema:", err)
-		}
-	}
 }

@@ -2,7 +2,6 @@ package journey_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"os"
 	"testing"
@@ -25,11 +24,12 @@ func testLogger() *slog.Logger {
 	if os.Getenv("JOURNEY_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 // testConfig is a Config with short intervals on a fresh schema.
 func testConfig(t testing.TB, graphs ...*graph.Graph) journey.Config {
+	t.Helper()
 	return journey.Config{
 		DatabaseURL:   pgtest.URL(t),
 		Schema:        pgtest.Schema(t),
@@ -56,12 +56,14 @@ func newRuntime(t testing.TB, cfg journey.Config) *journey.Runtime {
 // testCtx is a context that ends with the test, or after a timeout generous enough for a whole
 // test on a busy two-core machine under -race.
 func testCtx(t testing.TB) context.Context {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 func onboardingGraph(t testing.TB) *graph.Graph {
+	t.Helper()
 	return graph.MustNew("onboarding", "v1", []graph.Node{
 		graph.Input("name"),
 		graph.Input("email"),

@@ -94,8 +94,8 @@ func TestBadInputIsRejectedAndChangesNothing(t *testing.T) {
 		text string
 	}{
 		{"set a compute node", func() error { _, err := rt.Set(ctx, ex.ID, "greeting", "hi"); return err }, journey.ErrNotInput, `"greeting"`},
-		{"set an unknown node", func() error { _, err := rt.Set(ctx, ex.ID, "nmae", "x"); return err }, journey.ErrUnknownNode, `"nmae"`},
-		{"unset an unknown node", func() error { _, err := rt.Unset(ctx, ex.ID, "nmae"); return err }, journey.ErrUnknownNode, `"nmae"`},
+		{"set an unknown node", func() error { _, err := rt.Set(ctx, ex.ID, "no_such_node", "x"); return err }, journey.ErrUnknownNode, `"no_such_node"`},
+		{"unset an unknown node", func() error { _, err := rt.Unset(ctx, ex.ID, "no_such_node"); return err }, journey.ErrUnknownNode, `"no_such_node"`},
 		{"set in an unknown execution", func() error { _, err := rt.Set(ctx, "ONBNOPE", "name", "x"); return err }, journey.ErrNotFound, "ONBNOPE"},
 		{"get in an unknown execution", func() error { _, err := rt.Get(ctx, "ONBNOPE", "name"); return err }, journey.ErrNotFound, "ONBNOPE"},
 		{"a channel", func() error { _, err := rt.Set(ctx, ex.ID, "email", make(chan int)); return err }, journey.ErrInvalidValue, `"email"`},

@@ -156,7 +156,7 @@ func (q ListQuery) toStore() (persistence.ListQuery, error) {
 			for _, v := range vs {
 				raw, err := json.Marshal(v)
 				if err != nil {
-					return out, fmt.Errorf("%w: filter on %q: %v", ErrInvalidValue, f.Node, err)
+					return out, fmt.Errorf("%w: filter on %q: %w", ErrInvalidValue, f.Node, err)
 				}
 				pf.In = append(pf.In, raw)
 			}
@@ -164,7 +164,7 @@ func (q ListQuery) toStore() (persistence.ListQuery, error) {
 		default:
 			raw, err := json.Marshal(f.Value)
 			if err != nil {
-				return out, fmt.Errorf("%w: filter on %q: %v", ErrInvalidValue, f.Node, err)
+				return out, fmt.Errorf("%w: filter on %q: %w", ErrInvalidValue, f.Node, err)
 			}
 			pf.Value = raw
 		}

@@ -98,7 +98,7 @@ func validateWebhooks(hooks []Webhook) []error {
 		case w.URL == "":
 			errs = append(errs, fmt.Errorf("%s.URL is empty: give the http or https address to POST events to", field))
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s.URL %q is not a URL: %v", field, w.URL, err))
+			errs = append(errs, fmt.Errorf("%s.URL %q is not a URL: %w", field, w.URL, err))
 		case u.Scheme != "http" && u.Scheme != "https":
 			errs = append(errs, fmt.Errorf("%s.URL %q: the scheme must be http or https", field, w.URL))
 		case u.Host == "":

@@ -295,7 +295,7 @@ func TestWebhookRetriesAndSigns(t *testing.T) {
 	require.NotNil(t, d.DeliveredAt)
 	require.Equal(t, int64(3), calls.Load())
 
-	_, err = journey.VerifyWebhook(httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(nil)), secret, time.Minute)
+	_, err = journey.VerifyWebhook(httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/", bytes.NewReader(nil)), secret, time.Minute)
 	require.ErrorContains(t, err, journey.HeaderTimestamp)
 }
 

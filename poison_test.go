@@ -129,7 +129,7 @@ func TestHeartbeatsOutliveAFullPool(t *testing.T) {
 	for range pcfg.MaxConns {
 		c, err := pool.Acquire(ctx)
 		require.NoError(t, err)
-		defer c.Release()
+		t.Cleanup(c.Release)
 	}
 	for range 3 {
 		last := beat()

@@ -2,7 +2,6 @@ package journey
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/url"
 	"testing"
@@ -33,7 +32,7 @@ func TestPoolSizeFromTheURL(t *testing.T) {
 		}
 		rt, err := New(context.Background(), Config{
 			DatabaseURL: u.String(), Schema: pgtest.Schema(t), Graphs: []*graph.Graph{g},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger: slog.New(slog.DiscardHandler),
 		})
 		require.NoError(t, err)
 		got := rt.pool.Config().MaxConns

@@ -20,6 +20,7 @@ const promptly = 5 * time.Second
 
 // stopCtx is a ctx for Stop that leaves running work little time to finish.
 func stopCtx(t *testing.T) context.Context {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	t.Cleanup(cancel)
 	return ctx
@@ -122,7 +123,6 @@ func TestStopWaitsForOnSaveOnlyUntilCtxEnds(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(promptly):
 		unblock()
-		<-stopped
-		t.Fatalf("Stop waited for OnSave more than %v after its ctx ended", promptly)
+		t.Fatalf("Stop waited for OnSave more than %v after its ctx ended (then returned %v)", promptly, <-stopped)
 	}
 }

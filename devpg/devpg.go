@@ -134,7 +134,7 @@ func Start(ctx context.Context, logger *slog.Logger, opts ...Option) (*Cluster, 
 	}
 
 	for attempt := 1; ; attempt++ {
-		c.port, err = freePort()
+		c.port, err = freePort(ctx)
 		if err == nil {
 			err = c.start(ctx)
 		}
@@ -293,6 +293,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	defer logFile.Close() // the child has its own copy of the descriptor
 
+	//nolint:noctx // the server outlives ctx, which bounds only the start: Stop ends it
 	cmd := exec.Command(c.bin.postgres, "-D", c.dataDir, "-p", strconv.Itoa(c.port))
 	c.prepare(cmd)
 	cmd.Stdout = logFile
@@ -334,10 +335,11 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 		}
 		select {
 		case <-srv.exited:
+			// srv.err is nil if postgres exited with status 0, which %w would print as %!w(<nil>).
 			return fmt.Errorf("postgres exited before accepting connections (%v); server log:\n%s",
-				srv.err, c.logTail())
+				srv.err, c.logTail()) //nolint:errorlint // see above
 		case <-ctx.Done():
-			return fmt.Errorf("postgres did not accept connections (%w; last error: %v); server log:\n%s",
+			return fmt.Errorf("postgres did not accept connections (%w; last error: %w); server log:\n%s",
 				ctx.Err(), err, c.logTail())
 		case <-time.After(poll):
 		}
@@ -452,8 +454,8 @@ func serverCredential() (*syscall.Credential, error) {
 }
 
 // freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (int, error) {
+	l, err := new(net.ListenConfig).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
 	}

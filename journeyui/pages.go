@@ -40,7 +40,7 @@ func parsePages(base string) (map[string]*template.Template, error) {
 		"deref": func(s *string) string { return derefOr(s, "-") },
 		"json":  prettyJSON,
 		"pct":   func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) + "%" },
-		"count": func(n int64) string { return group(n) },
+		"count": group,
 		"query": func(v url.Values) template.URL { return template.URL(v.Encode()) }, // encoded: a safe query
 		"join":  strings.Join,
 		// list links to the executions of a graph version, in a state if one is given.

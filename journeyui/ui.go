@@ -246,7 +246,7 @@ func Listen(ctx context.Context, addr string, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("journeyui: listening on %s: %w", addr, err)
 	}

@@ -214,7 +214,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	roSrv := serve(t, ro)
 	do(t, ctx, chromedp.Navigate(roSrv.URL+"/executions/"+b.okID), chromedp.WaitVisible(chromedp.CSS(`#graph`)))
 	require.Zero(t, get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('button, form[method=post]').length`)))
-	resp, err := http.PostForm(roSrv.URL+"/executions/"+b.okID+"/archive", url.Values{})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, roSrv.URL+"/executions/"+b.okID+"/archive", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
@@ -237,7 +239,7 @@ func TestActionsNeedTheCSRFToken(t *testing.T) {
 	require.NoError(t, err)
 	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	post := func(form url.Values, header http.Header) int {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/executions/nope/archive", strings.NewReader(form.Encode()))
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/executions/nope/archive", strings.NewReader(form.Encode()))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		for k, v := range header {
@@ -251,7 +253,9 @@ func TestActionsNeedTheCSRFToken(t *testing.T) {
 	// No cookie, no token.
 	require.Equal(t, http.StatusForbidden, post(url.Values{}, nil))
 	// The cookie of a page, but a wrong token.
-	resp, err := client.Get(srv.URL + "/")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/", nil)
+	require.NoError(t, err)
+	resp, err := client.Do(req)
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -266,7 +270,7 @@ func TestActionsNeedTheCSRFToken(t *testing.T) {
 // csrfOf reads the CSRF token that the forms of a page carry, from its csrf-token meta element.
 func csrfOf(t *testing.T, client *http.Client, pageURL string) string {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, pageURL, nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, pageURL, nil)
 	require.NoError(t, err)
 	resp, err := client.Do(req)
 	require.NoError(t, err)
@@ -306,8 +310,9 @@ func TestTokenAndBasicAuth(t *testing.T) {
 	opts := migrated(t)
 	opts.Token = "s3cret"
 	srv := serve(t, opts)
-	get := func(client *http.Client, path string, header http.Header) *http.Response {
-		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+	// get returns the status and the Location header of a GET of path.
+	get := func(client *http.Client, path string, header http.Header) (status int, location string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
 		require.NoError(t, err)
 		if header != nil {
 			req.Header = header
@@ -315,27 +320,31 @@ func TestTokenAndBasicAuth(t *testing.T) {
 		resp, err := client.Do(req)
 		require.NoError(t, err)
 		_ = resp.Body.Close()
-		return resp
+		return resp.StatusCode, resp.Header.Get("Location")
+	}
+	status := func(client *http.Client, path string, header http.Header) int {
+		status, _ := get(client, path, header)
+		return status
 	}
 	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	require.Equal(t, http.StatusUnauthorized, get(plain, "/executions", nil).StatusCode)
-	require.Equal(t, http.StatusUnauthorized, get(plain, "/executions?token=wrong", nil).StatusCode)
-	require.Equal(t, http.StatusOK, get(plain, "/executions", http.Header{"Authorization": {"Bearer s3cret"}}).StatusCode)
+	require.Equal(t, http.StatusUnauthorized, status(plain, "/executions", nil))
+	require.Equal(t, http.StatusUnauthorized, status(plain, "/executions?token=wrong", nil))
+	require.Equal(t, http.StatusOK, status(plain, "/executions", http.Header{"Authorization": {"Bearer s3cret"}}))
 	// ?token= sets a cookie and leads to the same page without the token in its address.
-	resp := get(plain, "/executions?state=failed&token=s3cret", nil)
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Equal(t, "/executions?state=failed", resp.Header.Get("Location"))
+	code, location := get(plain, "/executions?state=failed&token=s3cret", nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, "/executions?state=failed", location)
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	browserLike := &http.Client{Jar: jar}
-	require.Equal(t, http.StatusOK, get(browserLike, "/executions?token=s3cret", nil).StatusCode)
-	require.Equal(t, http.StatusOK, get(browserLike, "/replicas", nil).StatusCode)
+	require.Equal(t, http.StatusOK, status(browserLike, "/executions?token=s3cret", nil))
+	require.Equal(t, http.StatusOK, status(browserLike, "/replicas", nil))
 
 	opts.Token, opts.BasicAuth = "", &journeyui.BasicAuth{User: "ops", Password: "pw"}
 	basic := serve(t, opts)
-	req, err := http.NewRequest(http.MethodGet, basic.URL+"/", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, basic.URL+"/", nil)
 	require.NoError(t, err)
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
@@ -360,7 +369,9 @@ func TestBadInputIsShownAndChangesNothing(t *testing.T) {
 		"/executions/NOPE":               `execution not found: &#34;NOPE&#34;`,
 		"/executions/NOPE/retry?node=ch": `Method Not Allowed`,
 	} {
-		resp, err := http.Get(srv.URL + path)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		body, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()

@@ -20,6 +20,7 @@ func TestMain(m *testing.M) {
 }
 
 func testLogger(t *testing.T) *slog.Logger {
+	t.Helper()
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 

@@ -145,6 +145,7 @@ func startCluster(ctx context.Context, env *environment, sigs <-chan os.Signal) 
 // command, which is in our process group, and a second one would make some programs quit
 // without cleaning up. Either way we wait for the command to exit.
 func runCommand(env *environment, argv, extraEnv []string, sigs <-chan os.Signal) int {
+	//nolint:noctx // signals end the command, as the comment above says, not a context
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), extraEnv...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, env.stdout, env.stderr

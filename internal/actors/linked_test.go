@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -39,7 +38,7 @@ func setup(t *testing.T) *linked {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	schema := pgtest.Schema(t)
 	db := pgtest.BunDB(t, pgtest.URL(t))
 	_, err := migrations.Migrate(ctx, db, schema, logger)

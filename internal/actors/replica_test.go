@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -35,7 +34,7 @@ func (l logged) WithGroup(string) slog.Handler      { return l }
 
 func TestFailingReplicaHeartbeatPausesClaiming(t *testing.T) {
 	t.Parallel()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	schema := pgtest.Schema(t)
 	db := pgtest.BunDB(t, pgtest.URL(t))
 	g := graph.MustNew("paused", "v1", []graph.Node{graph.Input("x")})

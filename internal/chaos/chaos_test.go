@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"syscall"
@@ -78,6 +77,7 @@ func TestSIGKILLedReplicaLosesNothing(t *testing.T) {
 // computations, then starts replica "rescuer". The replica heartbeat cannot fire first: it is
 // stale only after 60s, while the computations' heartbeat timeout is 1s.
 func frozen(t *testing.T) (*cluster, *worker, []string) {
+	t.Helper()
 	cfg := defaults()
 	cfg.StaleAfter, cfg.HBInterval, cfg.HBTimeout, cfg.Sweep = 60000, 200, 1000, 200
 	cfg.WorkMin, cfg.WorkMax = 3000, 3000
@@ -229,7 +229,7 @@ func TestCrashBetweenClaimAndDeliveryLosesNoNotification(t *testing.T) {
 	rt, err := journey.New(context.Background(), journey.Config{
 		DatabaseURL: c.cfg.URL, Schema: c.cfg.Schema, ReplicaID: "survivor",
 		Graphs: []*graph.Graph{c.g}, PollInterval: 100 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 		OnExecutionFailed: func(ctx context.Context, e journey.ExecutionEvent) error {
 			got <- e
 			return nil

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -49,7 +48,7 @@ func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
 	t.Helper()
 	cfg.URL, cfg.Schema = url, pgtest.Schema(t)
 	db := pgtest.BunDB(t, url)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	_, err := migrations.Migrate(context.Background(), db, cfg.Schema, logger)
 	require.NoError(t, err)
 	graphs := served(cfg)
@@ -69,30 +68,43 @@ func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
 // dump logs what the database says, for a failed test: the attempts by state and replica, the
 // replicas and the leases.
 func (c *cluster) dump(t *testing.T) {
+	t.Helper()
 	for _, q := range []string{
 		`SELECT state, replica_id, attempt, count(*), min(claimed_at), max(heartbeat_deadline) FROM ?.computations GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
 		`SELECT replica_id, last_heartbeat, started_at, stale_after_ms, now() FROM ?.replica_heartbeats ORDER BY 1`,
 		`SELECT name, holder, expires_at, now() FROM ?.leases`,
 	} {
-		rows, err := c.store.DB().QueryContext(context.Background(), strings.ReplaceAll(q, "?", pgx.Identifier{c.cfg.Schema}.Sanitize()))
-		if err != nil {
+		if err := c.dumpQuery(t, strings.ReplaceAll(q, "?", pgx.Identifier{c.cfg.Schema}.Sanitize())); err != nil {
 			t.Logf("dump: %v", err)
-			continue
 		}
-		cols, _ := rows.Columns()
-		t.Logf("dump: %v", cols)
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err == nil {
-				t.Logf("dump: %v", vals)
-			}
-		}
-		_ = rows.Close()
 	}
+}
+
+// dumpQuery logs the columns and the rows of one query of dump.
+func (c *cluster) dumpQuery(t *testing.T, q string) error {
+	t.Helper()
+	rows, err := c.store.DB().QueryContext(context.Background(), q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
+	}
+	t.Logf("dump: %v", cols)
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		t.Logf("dump: %v", vals)
+	}
+	return rows.Err()
 }
 
 // worker is one replica process.
@@ -117,7 +129,9 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 	raw, err := json.Marshal(cfg)
 	require.NoError(t, err)
 	w := &worker{id: id, more: make(chan struct{}, 1), exited: make(chan struct{})}
-	w.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	// The tests end their workers with signals, and Pdeathsig below ends them with the test: a
+	// context would kill them before the test's cleanup stops them.
+	w.cmd = exec.Command(os.Args[0], "-test.run=^$") //nolint:noctx // see above
 	w.cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
 	w.cmd.Stderr = &stderrWriter{t: t, w: w, quiet: c.quiet}
 	// The worker dies with the test, whatever happens to the test.

@@ -505,6 +505,7 @@ func (s *soak) auditStuck(t *testing.T) int {
 // an advisory lock or have had a transaction open for more than a second: a replica that holds
 // up the others shows up there, named by its application_name. It may run in any goroutine.
 func (s *soak) logDatabaseState(t *testing.T, why string) {
+	t.Helper()
 	var replicas []persistence.Replica
 	err := s.query(&replicas, `SELECT *, last_heartbeat < now() - stale_after_ms * interval '1 millisecond' AS stale
 		FROM {s}.replica_heartbeats ORDER BY replica_id`)
@@ -555,6 +556,7 @@ const soakStall = 4 * time.Second
 // when. If they outlast soakStall, it logs the database's state, the evidence of what holds
 // the sweeper up.
 func (s *soak) watch(t *testing.T, what, replica string, at time.Time) {
+	t.Helper()
 	s.watchers.Add(1)
 	go func() {
 		defer s.watchers.Done()

@@ -118,9 +118,9 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 	var rows []*lockedExecution
 	var vals []*valueRow
 	var latest []*Computation
-	steps := append(before, step{s.q(`SELECT e.*, coalesce($1::timestamptz, now()) AS tx_now FROM {s}.executions e
-			WHERE e.id = ANY($2::text[]) ORDER BY e.id FOR UPDATE`), []any{s.clock.NowOrNil(), ids}, collect(&rows)})
-	steps = append(steps, then...)
+	// A new slice: appending to before would write into the caller's array.
+	steps := slices.Concat(before, []step{{s.q(`SELECT e.*, coalesce($1::timestamptz, now()) AS tx_now FROM {s}.executions e
+			WHERE e.id = ANY($2::text[]) ORDER BY e.id FOR UPDATE`), []any{s.clock.NowOrNil(), ids}, collect(&rows)}}, then)
 	err := t.send(ctx, append(steps,
 		step{s.q(`SELECT execution_id, node, value, metadata, revision, set_at FROM {s}."values"
 			WHERE execution_id = ANY($1::text[])`), []any{ids}, collect(&vals)},

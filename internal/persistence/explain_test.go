@@ -99,7 +99,7 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 	// A store of its own, whose statements are recorded.
 	db := pgtest.BunDB(t, pgtest.URL(t))
 	log := &statementLog{}
-	db.AddQueryHook(log)
+	db = db.WithQueryHook(log)
 	s, err := New(Config{DB: db, Schema: b.schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: testLogger()})
 	require.NoError(t, err)
 	refs := make([]ClaimRef, len(claimed))

@@ -3,7 +3,6 @@ package persistence
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -62,7 +61,7 @@ func (b *bundle) newStore(t *testing.T, cfg Config) *Store {
 	return s
 }
 
-func testLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // ready creates n executions whose computation of y is AVAILABLE.
 func (b *bundle) ready(t *testing.T, n int) []string {

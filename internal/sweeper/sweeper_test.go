@@ -3,7 +3,6 @@ package sweeper_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -38,7 +37,7 @@ type bundle struct {
 func setup(t *testing.T, name string) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	schema := pgtest.Schema(t)
 	db := pgtest.BunDB(t, pgtest.URL(t))
 	_, err := migrations.Migrate(ctx, db, schema, logger)
@@ -173,7 +172,7 @@ func TestSkipsGraphsItDoesNotServe(t *testing.T) {
 func TestPromotesDueRetries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	schema := pgtest.Schema(t)
 	db := pgtest.BunDB(t, pgtest.URL(t))
 	_, err := migrations.Migrate(ctx, db, schema, logger)
