@@ -11,8 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // Execution is one run of a graph.
@@ -111,6 +116,17 @@ func (r *Runtime) Start(ctx context.Context, g *graph.Graph, opts ...StartOption
 	if g == nil {
 		return nil, fmt.Errorf("%w: Start was given a nil graph", ErrUnknownGraph)
 	}
+	return traced(ctx, r, "journey.Start", graphAttrs(g), func(ctx context.Context) (*Execution, error) {
+		ex, err := r.startOne(ctx, g, opts)
+		if err == nil {
+			trace.SpanFromContext(ctx).SetAttributes(telemetry.KeyExecution.String(ex.ID))
+		}
+		return ex, err
+	})
+}
+
+// startOne is Start, in its span.
+func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOption) (*Execution, error) {
 	var o startOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -144,6 +160,14 @@ func (r *Runtime) StartMany(ctx context.Context, g *graph.Graph, inputs []map[st
 	if g == nil {
 		return nil, fmt.Errorf("%w: StartMany was given a nil graph", ErrUnknownGraph)
 	}
+	attrs := append(graphAttrs(g), telemetry.KeyExecutions.Int(len(inputs)))
+	return traced(ctx, r, "journey.StartMany", attrs, func(ctx context.Context) ([]*Execution, error) {
+		return r.startMany(ctx, g, inputs)
+	})
+}
+
+// startMany is StartMany, in its span.
+func (r *Runtime) startMany(ctx context.Context, g *graph.Graph, inputs []map[string]any) ([]*Execution, error) {
 	items := make([]map[string]json.RawMessage, len(inputs))
 	for i, values := range inputs {
 		set, err := r.inputs(g, values)
@@ -215,11 +239,22 @@ func WithMetadata(metadata any) SetOption {
 // Set sets an input node's value, persists it, and advances the execution. Setting the value a
 // node already has (with the same metadata) changes nothing, and returns the current revision.
 func (r *Runtime) Set(ctx context.Context, id, node string, value any, opts ...SetOption) (int64, error) {
-	return r.SetMany(ctx, id, map[string]any{node: value}, opts...)
+	attrs := []attribute.KeyValue{telemetry.KeyExecution.String(id), telemetry.KeyNode.String(node)}
+	return traced(ctx, r, "journey.Set", attrs, func(ctx context.Context) (int64, error) {
+		return r.setMany(ctx, id, map[string]any{node: value}, opts)
+	})
 }
 
 // SetMany sets several input nodes in one transaction, as one revision.
 func (r *Runtime) SetMany(ctx context.Context, id string, values map[string]any, opts ...SetOption) (int64, error) {
+	attrs := []attribute.KeyValue{telemetry.KeyExecution.String(id)}
+	return traced(ctx, r, "journey.SetMany", attrs, func(ctx context.Context) (int64, error) {
+		return r.setMany(ctx, id, values, opts)
+	})
+}
+
+// setMany is Set and SetMany, in their span.
+func (r *Runtime) setMany(ctx context.Context, id string, values map[string]any, opts []SetOption) (int64, error) {
 	if err := r.check(); err != nil {
 		return 0, err
 	}
@@ -499,4 +534,22 @@ func (r *Runtime) Replicas(ctx context.Context) ([]Replica, error) {
 		out[i] = Replica{ID: row.ID, LastHeartbeat: row.LastHeartbeat, StartedAt: row.StartedAt, Graphs: row.Graphs, Stale: row.Stale}
 	}
 	return out, nil
+}
+
+// traced runs fn in a span named name, which records fn's error. The attempts that the write
+// creates store the span's traceparent, and their spans link to it.
+func traced[T any](ctx context.Context, r *Runtime, name string, attrs []attribute.KeyValue, fn func(ctx context.Context) (T, error)) (T, error) {
+	ctx, span := r.tel.Tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+	defer span.End()
+	v, err := fn(ctx)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return v, err
+}
+
+// graphAttrs are the span attributes that name g.
+func graphAttrs(g *graph.Graph) []attribute.KeyValue {
+	return []attribute.KeyValue{telemetry.KeyGraph.String(g.Name()), telemetry.KeyGraphVersion.String(g.Version())}
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/actors"
@@ -126,6 +129,16 @@ type Config struct {
 	// larger fails at once, with no retry. The values the runtime builds itself, such as a
 	// historian's, are not capped. Default 1 MiB (DefaultMaxValueBytes).
 	MaxValueBytes int
+	// MeterProvider receives the runtime's metrics (journey.*; the README lists them). Default
+	// otel.GetMeterProvider(), the global provider, which records nothing unless the application
+	// sets one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives the runtime's spans: one for each Start, StartMany, Set and SetMany,
+	// each attempt, and each abandonment. An attempt's span links to the span of the write that
+	// created it, through a W3C traceparent stored with the attempt, whichever replica wrote it.
+	// Default otel.GetTracerProvider(), the global provider, which records nothing unless the
+	// application sets one.
+	TracerProvider trace.TracerProvider
 	// SkipMigrations skips the schema migrations at New, for deployments that run
 	// `journey migrate` themselves. Default false.
 	SkipMigrations bool
@@ -165,6 +178,12 @@ func (c Config) withDefaults() Config {
 	c.MaxValueBytes = cmp.Or(c.MaxValueBytes, DefaultMaxValueBytes)
 	if c.Test.NotificationBackoff == nil {
 		c.Test.NotificationBackoff = deliveryBackoff
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if c.Test.Clock == nil {
 		c.Test.Clock = clock.Real{}

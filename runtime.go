@@ -21,11 +21,13 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/sweeper"
+	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/migrations"
 )
 
@@ -51,6 +53,9 @@ type Runtime struct {
 	store   *persistence.Store
 	waiters *waiters
 
+	tel        *telemetry.Telemetry
+	observing  metric.Registration // the callback of the observable instruments
+	lastBeat   atomic.Int64        // when this replica last wrote its heartbeat, in Unix nanoseconds
 	sweep      *sweeper.Sweeper
 	system     *actor.ActorSystem
 	dispatcher *actor.PID
@@ -86,6 +91,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		pool:    cfg.Pool,
 		saved:   make(chan struct{}, 1),
 	}
+	tel, err := telemetry.New(cfg.MeterProvider, cfg.TracerProvider)
+	if err != nil {
+		return nil, fmt.Errorf("journey: %w", err)
+	}
+	r.tel = tel
 	if r.pool == nil {
 		pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 		if err != nil {
@@ -130,6 +140,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	store, err := persistence.New(persistence.Config{
 		DB: db, HeartbeatDB: hbdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
 		OnSave: r.fireSave, Routes: cfg.routes(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
+		Tracer: tel.Tracer,
 	})
 	if err != nil {
 		r.closePool()
@@ -140,11 +151,21 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.closePool()
 		return nil, fmt.Errorf("journey: %w", err)
 	}
+	r.beat()
 	if err := store.RecordGraphs(ctx); err != nil {
 		r.closePool()
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.start()
+	r.observing, err = tel.Observe(telemetry.Sampler{
+		ReplicaID:    cfg.ReplicaID,
+		HeartbeatAge: func() time.Duration { return time.Since(time.Unix(0, r.lastBeat.Load())) },
+		States:       r.sweep.SampleStates,
+	})
+	if err != nil {
+		_ = r.Stop(ctx)
+		return nil, fmt.Errorf("journey: registering the observable metrics: %w", err)
+	}
 	// Notifications are the main wake-up path: New returns once the replica hears them, so that a
 	// write made right after it is not left to the poll.
 	wait := time.NewTimer(listenWait)
@@ -173,11 +194,11 @@ func (r *Runtime) start() {
 	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, MaxWorkers: r.cfg.MaxWorkers,
 		PollInterval: r.cfg.PollInterval, MaxValueBytes: r.cfg.MaxValueBytes, Logger: r.logger, Base: base,
-		Running: &r.running, Gate: r.claims, Hooks: r.cfg.Test.Hooks,
+		Running: &r.running, Gate: r.claims, Hooks: r.cfg.Test.Hooks, Telemetry: r.tel,
 	}))
 	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
-		StaleAfter: r.cfg.ReplicaStaleAfter, Dispatcher: r.dispatcher, Logger: r.logger,
+		StaleAfter: r.cfg.ReplicaStaleAfter, Dispatcher: r.dispatcher, Logger: r.logger, OnBeat: r.beat,
 	}))
 	r.http = &http.Client{Timeout: r.cfg.NotificationTimeout}
 	r.delivery = root.Spawn(actors.NewDelivery(actors.DeliveryConfig{
@@ -186,10 +207,11 @@ func (r *Runtime) start() {
 			SendTimeout: r.cfg.NotificationTimeout, Backoff: r.cfg.Test.NotificationBackoff,
 			Horizon: r.cfg.NotificationRetryHorizon, MaxAttempts: r.cfg.MaxDeliveryAttempts,
 		},
-		Send: r.send, PollInterval: r.cfg.PollInterval, Logger: r.logger,
+		Send: r.send, PollInterval: r.cfg.PollInterval, Logger: r.logger, Telemetry: r.tel,
 	}))
 	r.sweep = sweeper.New(sweeper.Config{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.SweepInterval, Retention: r.cfg.Retention, Logger: r.logger,
+		Telemetry: r.tel,
 	})
 	r.sweeper = root.Spawn(r.sweep.Props())
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
@@ -211,6 +233,9 @@ func (r *Runtime) start() {
 		Logger: r.logger,
 	}))
 }
+
+// beat notes that this replica has just written its heartbeat.
+func (r *Runtime) beat() { r.lastBeat.Store(time.Now().UnixNano()) }
 
 // fireSave runs the OnSave callbacks of a committed change, the node's first and then the
 // graph's, in a goroutine of their own.
@@ -265,6 +290,11 @@ func (r *Runtime) stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("releasing running computations: %w", err))
 		}
 		r.logger.Info("released running computations to other replicas", "count", n)
+	}
+	if r.observing != nil {
+		if err := r.observing.Unregister(); err != nil {
+			errs = append(errs, fmt.Errorf("unregistering the observable metrics: %w", err))
+		}
 	}
 	r.cancelBase()
 	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.delivery, r.listener} {

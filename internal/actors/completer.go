@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // maxCompleterBatch caps the outcomes one transaction of the completer records.
@@ -29,14 +30,15 @@ type flushOutcomes struct{}
 // never waits on a timer.
 type completer struct {
 	store  *persistence.Store
+	tel    *telemetry.Telemetry
 	logger *slog.Logger
 	done   chan struct{} // closed once the completer has stopped
 	batch  []outcome
 }
 
-func completerProps(store *persistence.Store, logger *slog.Logger, done chan struct{}) *actor.Props {
+func completerProps(store *persistence.Store, tel *telemetry.Telemetry, logger *slog.Logger, done chan struct{}) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &completer{store: store, logger: logger.With("service", "completer"), done: done}
+		return &completer{store: store, tel: tel, logger: logger.With("service", "completer"), done: done}
 	}, actor.WithSupervisor(stopStrategy))
 }
 
@@ -71,6 +73,7 @@ func (c *completer) flush() {
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
+	c.tel.Batch(wctx, len(outs))
 	lost, err := c.store.Record(wctx, outs)
 	if err != nil && len(batch) > 1 {
 		c.logger.Warn("recording a batch of outcomes failed; recording each alone", "count", len(batch), "error", err)

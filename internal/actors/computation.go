@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // writeTimeout bounds the transaction that records an attempt's outcome.
@@ -55,6 +58,7 @@ type computationEnv struct {
 	hooks         Hooks
 	// maxValueBytes caps the JSON encoding of a result.
 	maxValueBytes int
+	tel           *telemetry.Telemetry
 }
 
 // claimLost tells a computation that its claim is gone or can no longer be kept.
@@ -137,14 +141,37 @@ func (a *computation) lose(reason string) {
 	a.logger.Warn("computation canceled", "reason", reason)
 }
 
-// run executes the function and records its outcome through the fenced store methods. It returns
-// what happened, for the log.
+// run executes the function and records its outcome through the fenced store methods, in the
+// attempt's span, which links to the write that created the attempt. It returns what happened,
+// for the log.
 func (a *computation) run(ctx context.Context) string {
+	start := time.Now()
+	attrs := append(telemetry.NodeAttrs(a.g, a.c.Node), telemetry.KeyExecution.String(a.c.ExecutionID),
+		telemetry.KeyComputation.Int64(a.c.ID), telemetry.KeyAttempt.Int(a.c.Attempt), telemetry.KeyReplica.String(a.env.replicaID))
+	ctx, span := a.env.tel.Tracer.Start(ctx, "journey.attempt", trace.WithNewRoot(),
+		trace.WithLinks(telemetry.Links(a.c.Traceparent)...), trace.WithAttributes(attrs...))
+	defer span.End()
+	reason, outcome, err := a.attempt(ctx)
+	if outcome != "" {
+		a.env.tel.Ran(ctx, a.g, a.c.Node, outcome, time.Since(start))
+		span.SetAttributes(telemetry.KeyOutcome.String(outcome))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, reason)
+	}
+	return reason
+}
+
+// attempt runs the function and records its outcome. It returns what happened, for the log; the
+// outcome for the metrics, "" if the attempt did not end here (it was released, or its outcome
+// could not be recorded and the sweeper will abandon it); and the error to record on the span.
+func (a *computation) attempt(ctx context.Context) (reason, outcome string, err error) {
 	if ctx.Err() != nil {
 		if a.lost.Load() {
-			return OutcomeDropped
+			return OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost
 		}
-		return "canceled before it ran"
+		return "canceled before it ran", "", nil
 	}
 	vals, err := a.c.ClaimedValues()
 	if err != nil {
@@ -186,37 +213,39 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 	}
 }
 
-// record writes the outcome, unless the claim is already known to be lost. The write gets a
-// context of its own so that a graceful stop still records finished work; the fence rejects it if
-// the claim was released or reclaimed meanwhile. A failed write (the database restarting, say) is
-// retried until it succeeds, the claim is lost, or writeTimeout passes.
-func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) string {
+// record writes the outcome, unless the claim is already known to be lost, and returns what
+// attempt returns. The write gets a context of its own so that a graceful stop still records
+// finished work; the fence rejects it if the claim was released or reclaimed meanwhile. A failed
+// write (the database restarting, say) is retried until it succeeds, the claim is lost, or
+// writeTimeout passes.
+func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) (string, string, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	outcome := "succeeded"
+	reason, outcome := "succeeded", telemetry.OutcomeSucceeded
 	if cause != nil {
-		outcome = "failed: " + cause.Error()
+		reason, outcome = "failed: "+cause.Error(), telemetry.OutcomeFailed
 	}
+	o := persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used, Span: trace.SpanContextFromContext(ctx)}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		if a.lost.Load() {
-			return OutcomeDropped
+			return OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost
 		}
-		err := a.env.recordOutcome(wctx, persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used})
+		err := a.env.recordOutcome(wctx, o)
 		switch {
 		case err == nil:
 			if cause != nil {
 				a.logger.Info("attempt failed", "error", cause)
 			}
-			return outcome
+			return reason, outcome, cause
 		case errors.Is(err, persistence.ErrClaimLost):
-			a.logger.Info("result dropped: the claim was lost", "outcome", outcome)
-			return OutcomeDropped
+			a.logger.Info("result dropped: the claim was lost", "outcome", reason)
+			return OutcomeDropped, telemetry.OutcomeClaimLost, err
 		}
-		a.logger.Warn("recording the outcome failed; retrying", "error", err, "outcome", outcome, "retry_in", wait)
+		a.logger.Warn("recording the outcome failed; retrying", "error", err, "outcome", reason, "retry_in", wait)
 		select {
 		case <-wctx.Done():
 			a.logger.Error("recording the outcome failed for good; the sweeper will retry the attempt", "error", err)
-			return "recording failed: " + err.Error()
+			return "recording failed: " + err.Error(), "", err
 		case <-time.After(wait):
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/scheduler"
 
 	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // maxDeliveriesPerRound bounds one round of deliveries, so that the actor reads its mailbox (a
@@ -25,6 +26,8 @@ type DeliveryConfig struct {
 	// PollInterval is the fallback for missed notifications.
 	PollInterval time.Duration
 	Logger       *slog.Logger
+	// Telemetry counts the deliveries. Default: none.
+	Telemetry *telemetry.Telemetry
 }
 
 type deliveryTick struct{}
@@ -75,7 +78,9 @@ func (d *delivery) Receive(ctx actor.Context) {
 func (d *delivery) runOnce() {
 	for range maxDeliveriesPerRound {
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Policy.SendTimeout+persistence.DeliverySlack)
-		found, err := d.cfg.Store.DeliverOne(ctx, d.cfg.Policy, func(_ context.Context, n *persistence.Notice) error {
+		var sent *persistence.Notice
+		state, err := d.cfg.Store.DeliverOne(ctx, d.cfg.Policy, func(_ context.Context, n *persistence.Notice) error {
+			sent = n
 			sctx, scancel := context.WithTimeout(ctx, d.cfg.Policy.SendTimeout)
 			defer scancel()
 			return d.cfg.Send(sctx, n)
@@ -85,8 +90,20 @@ func (d *delivery) runOnce() {
 			d.logger.Warn("delivering notifications failed", "error", err)
 			return
 		}
-		if !found {
+		if state == "" {
 			return
 		}
+		d.count(sent, state)
 	}
+}
+
+// count records a delivery attempt of n that left it in state.
+func (d *delivery) count(n *persistence.Notice, state string) {
+	target := "webhook"
+	if n.Target == persistence.TargetHandler {
+		target = persistence.TargetHandler
+	}
+	outcome := map[string]string{persistence.DeliveryDelivered: telemetry.DeliveryDelivered,
+		persistence.DeliveryPending: telemetry.DeliveryFailed, persistence.DeliveryDead: telemetry.DeliveryDead}[state]
+	telemetry.Or(d.cfg.Telemetry).Delivered(context.Background(), n.Event, target, outcome)
 }

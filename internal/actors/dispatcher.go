@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/scheduler"
 
 	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // Defaults of the dispatcher.
@@ -40,6 +41,8 @@ type DispatcherConfig struct {
 	// Gate, if set, lets the caller end the claims even while the dispatcher is busy.
 	Gate  *ClaimGate
 	Hooks Hooks
+	// Telemetry records the spans and metrics of the computations. Default: none.
+	Telemetry *telemetry.Telemetry
 }
 
 // Wake asks the dispatcher to claim now: new work may be available.
@@ -128,7 +131,7 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 		cfg.Gate = NewClaimGate()
 	}
 	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
-		running: cfg.Running, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes}
+		running: cfg.Running, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes, tel: telemetry.Or(cfg.Telemetry)}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &dispatcher{cfg: cfg, env: env, logger: logger, running: map[string]bool{}}
 	}, actor.WithSupervisor(stopStrategy))
@@ -140,7 +143,7 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 	case *actor.Started:
 		d.env.heartbeats = ctx.Spawn(heartbeatsProps(d.cfg.Store, d.cfg.ReplicaID, d.cfg.Logger, d.cfg.Hooks))
 		d.env.system, d.env.completerDone = ctx.ActorSystem(), make(chan struct{})
-		d.env.completer = ctx.Spawn(completerProps(d.cfg.Store, d.cfg.Logger, d.env.completerDone))
+		d.env.completer = ctx.Spawn(completerProps(d.cfg.Store, d.env.tel, d.cfg.Logger, d.env.completerDone))
 		d.timers = scheduler.NewTimerScheduler(ctx)
 		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
 		d.runOnce(ctx)
@@ -220,6 +223,9 @@ func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 			if !ok { // cannot happen: claims are filtered by the served graphs
 				d.logger.Error("claimed a computation of an unknown graph", "graph", c.GraphKey, "node", c.Node)
 				continue
+			}
+			if c.AvailableAt != nil && c.ClaimedAt != nil {
+				d.env.tel.Claimed(cctx, g, c.Node, c.ClaimedAt.Sub(*c.AvailableAt))
 			}
 			d.running[ctx.Spawn(computationProps(d.env, c, g, n)).Id] = true
 		}

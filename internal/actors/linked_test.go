@@ -15,6 +15,7 @@ import (
 	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/migrations"
 )
 
@@ -67,8 +68,8 @@ func setup(t *testing.T) *linked {
 	base, stop := context.WithCancel(context.Background()) // so that a failed test does not hang in its cleanup
 	done := make(chan struct{})
 	env := &computationEnv{store: l.store, replicaID: "r1", logger: logger, base: base, running: l.running,
-		heartbeats: beats, system: l.system, completerDone: done,
-		completer: l.system.Root.Spawn(completerProps(l.store, logger, done)),
+		heartbeats: beats, system: l.system, completerDone: done, tel: telemetry.Disabled(),
+		completer: l.system.Root.Spawn(completerProps(l.store, telemetry.Disabled(), logger, done)),
 		hooks:     Hooks{ComputationStarted: func(_ *persistence.Computation, self, dog *actor.PID) { pids <- [2]*actor.PID{self, dog} }}}
 	_, n, _ := l.store.GraphOf(claimed[0])
 	l.system.Root.Spawn(computationProps(env, claimed[0], g, n))

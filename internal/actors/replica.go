@@ -28,6 +28,8 @@ type ReplicaConfig struct {
 	// Dispatcher is paused while the heartbeat fails, and resumed when it succeeds again.
 	Dispatcher *actor.PID
 	Logger     *slog.Logger
+	// OnBeat, if set, is called after each heartbeat written.
+	OnBeat func()
 }
 
 // Pause makes the dispatcher stop claiming until Resume.
@@ -84,6 +86,9 @@ func (r *replicaHeartbeat) runOnce(ctx actor.Context) {
 	hctx, cancel := context.WithTimeout(context.Background(), max(r.cfg.Interval, r.cfg.StaleAfter/2))
 	err := r.cfg.Store.ReplicaHeartbeat(hctx, r.cfg.ReplicaID, r.cfg.StaleAfter, false)
 	cancel()
+	if err == nil && r.cfg.OnBeat != nil {
+		r.cfg.OnBeat()
+	}
 	switch {
 	case err != nil && !r.failing:
 		r.failing = true

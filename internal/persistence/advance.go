@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // execState is an execution loaded for writing: the caller holds the lock on its executions row
@@ -438,17 +439,21 @@ func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState
 		Node: n.Name(), State: state, Attempt: attempt, MaxAttempts: set.MaxAttempts, RunAt: runAt,
 		AbandonAfterMS: set.AbandonAfter.Milliseconds(), HeartbeatTimeoutMS: set.HeartbeatTimeout.Milliseconds(),
 		ComputedWith: sig.String(), ConcurrencyKey: key, MaxParallel: maxParallel, Error: errText,
-		CreatedAt: st.now, FinishedAt: finishedAt}
+		CreatedAt: st.now, FinishedAt: finishedAt, Traceparent: telemetry.Traceparent(ctx)}
+	if state == StateAvailable {
+		c.AvailableAt = &st.now
+	}
 	if state == StateFailed || state == StatePending && c.gated() {
 		// The promotion and the failure event read it from the table, before the commit.
 		err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
 			(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-			 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?)
+			 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at,
+			 traceparent)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?)
 			RETURNING *`),
 			c.ExecutionID, c.GraphKey, c.Node, c.State, c.Attempt, c.MaxAttempts, c.RunAt, c.AbandonAfterMS,
 			c.HeartbeatTimeoutMS, c.ComputedWith, c.ConcurrencyKey, c.MaxParallel, c.Error, c.CreatedAt,
-			c.FinishedAt).Scan(ctx, c)
+			c.FinishedAt, c.Traceparent).Scan(ctx, c)
 		if err != nil {
 			return nil, fmt.Errorf("creating computation of %q: %w", n.Name(), err)
 		}
@@ -541,27 +546,31 @@ func (s *Store) insertCreated(t *txn, sts []*execState) {
 	var abandons, beats []int64
 	var ckeys, errs []*string
 	var maxParallels []*int
-	var finishedAts []*time.Time
+	var finishedAts, availableAts []*time.Time
+	var traceparents []*string
 	for _, c := range cs {
 		ids, keys, nodes, states = append(ids, c.ExecutionID), append(keys, c.GraphKey), append(nodes, c.Node), append(states, c.State)
 		attempts, maxAttempts, runAts = append(attempts, c.Attempt), append(maxAttempts, c.MaxAttempts), append(runAts, c.RunAt)
 		abandons, beats, sigs = append(abandons, c.AbandonAfterMS), append(beats, c.HeartbeatTimeoutMS), append(sigs, c.ComputedWith)
 		ckeys, maxParallels, errs = append(ckeys, c.ConcurrencyKey), append(maxParallels, c.MaxParallel), append(errs, c.Error)
 		createdAts, finishedAts = append(createdAts, c.CreatedAt), append(finishedAts, c.FinishedAt)
+		availableAts, traceparents = append(availableAts, c.AvailableAt), append(traceparents, c.Traceparent)
 	}
 	t.atCommit(s.q(`INSERT INTO {s}.computations
 		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-		 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at)
+		 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at,
+		 available_at, traceparent)
 		SELECT execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-			heartbeat_timeout_ms, computed_with::jsonb, concurrency_key, max_parallel, error, created_at, finished_at
+			heartbeat_timeout_ms, computed_with::jsonb, concurrency_key, max_parallel, error, created_at, finished_at,
+			available_at, traceparent
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::timestamptz[],
 			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::int[], $13::text[], $14::timestamptz[],
-			$15::timestamptz[]) WITH ORDINALITY AS c(execution_id, graph_key, node, state, attempt, max_attempts,
-			run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error,
-			created_at, finished_at, ord)
+			$15::timestamptz[], $16::timestamptz[], $17::text[]) WITH ORDINALITY AS c(execution_id, graph_key, node,
+			state, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with,
+			concurrency_key, max_parallel, error, created_at, finished_at, available_at, traceparent, ord)
 		ORDER BY ord`),
 		ids, keys, nodes, states, attempts, maxAttempts, runAts, abandons, beats, sigs, ckeys, maxParallels, errs,
-		createdAts, finishedAts)
+		createdAts, finishedAts, availableAts, traceparents)
 }
 
 // maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.

@@ -307,9 +307,10 @@ func (s *Store) Release(ctx context.Context, replicaID string) (int, error) {
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		err := tx.NewRaw(s.q(`UPDATE {s}.computations
 			SET state = 'AVAILABLE', replica_id = NULL, claim_token = NULL, claimed_at = NULL,
-				deadline = NULL, heartbeat_deadline = NULL, last_heartbeat_at = NULL
+				deadline = NULL, heartbeat_deadline = NULL, last_heartbeat_at = NULL,
+				available_at = coalesce(?::timestamptz, now())
 			WHERE state = 'RUNNING' AND replica_id = ?
-			RETURNING id`), replicaID).Scan(ctx, &ids)
+			RETURNING id`), s.clock.NowOrNil(), replicaID).Scan(ctx, &ids)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("releasing computations of replica %s: %w", replicaID, err)
 		}

@@ -36,13 +36,13 @@ type nodeCount struct {
 // could not promote inside it. It returns how many it promoted.
 func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 	var ungated []int64
-	err := s.db.NewRaw(s.q(`UPDATE {s}.computations SET state = 'AVAILABLE'
+	err := s.db.NewRaw(s.q(`UPDATE {s}.computations SET state = 'AVAILABLE', available_at = coalesce(?::timestamptz, now())
 		WHERE id IN (SELECT c.id FROM {s}.computations c
 			WHERE c.state = 'PENDING' AND c.run_at <= coalesce(?::timestamptz, now())
 				AND c.concurrency_key IS NULL AND c.max_parallel IS NULL
 				AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
 			ORDER BY c.run_at, c.id LIMIT ? FOR UPDATE OF c SKIP LOCKED)
-		RETURNING id`), s.clock.NowOrNil(), promotionBatch).Scan(ctx, &ungated)
+		RETURNING id`), s.clock.NowOrNil(), s.clock.NowOrNil(), promotionBatch).Scan(ctx, &ungated)
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("promoting due computations: %w", err)
 	}
@@ -102,10 +102,10 @@ func (s *Store) promoteGated(ctx context.Context, tx bun.IDB, now time.Time, wai
 		return 0, err
 	}
 	var promoted []int64
-	err = tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'AVAILABLE'
+	err = tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'AVAILABLE', available_at = ?
 		WHERE id IN (SELECT id FROM {s}.computations
 			WHERE id = ANY(?::bigint[]) AND state = 'PENDING' FOR UPDATE SKIP LOCKED)
-		RETURNING id`), pgdialect.Array(chosen)).Scan(ctx, &promoted)
+		RETURNING id`), now, pgdialect.Array(chosen)).Scan(ctx, &promoted)
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("promoting gated computations: %w", err)
 	}

@@ -210,8 +210,8 @@ func (s *Store) reviveArchived(ctx context.Context, tx bun.IDB, st *execState) e
 	err := tx.NewRaw(s.q(`UPDATE {s}.computations
 		SET state = CASE WHEN run_at > ? OR concurrency_key IS NOT NULL OR max_parallel IS NOT NULL
 				THEN 'PENDING' ELSE 'AVAILABLE' END,
-			error = NULL, finished_at = NULL
-		WHERE id = ANY(?::bigint[]) RETURNING *`), st.now, pgdialect.Array(ids)).Scan(ctx, &revived)
+			available_at = ?, error = NULL, finished_at = NULL
+		WHERE id = ANY(?::bigint[]) RETURNING *`), st.now, st.now, pgdialect.Array(ids)).Scan(ctx, &revived)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("reviving the work of %s: %w", st.exec.ID, err)
 	}

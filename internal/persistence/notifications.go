@@ -151,13 +151,14 @@ type DeliveryPolicy struct {
 // DeliverOne takes the oldest due delivery that this replica can make (one of its routes) and
 // sends it, holding its row locked meanwhile, so that a replica that dies mid-delivery leaves it
 // to the others. It records the outcome: delivered, or an error and the time of the next attempt,
-// or dead once the policy's horizon (or attempts) are used up. It reports whether it found a
-// delivery.
-func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func(ctx context.Context, n *Notice) error) (bool, error) {
+// or dead once the policy's horizon (or attempts) are used up. It returns the delivery's state
+// afterwards (DeliveryDelivered, DeliveryPending to retry, or DeliveryDead), or "" if it found
+// no delivery due.
+func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func(ctx context.Context, n *Notice) error) (string, error) {
 	if len(s.routes) == 0 {
-		return false, nil
+		return "", nil
 	}
-	found := false
+	state := ""
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		idle := (policy.SendTimeout + DeliverySlack).Milliseconds()
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", idle)); err != nil {
@@ -183,7 +184,6 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		if len(notices) == 0 {
 			return nil
 		}
-		found = true
 		n := notices[0]
 		sendErr := send(ctx, n)
 		attempts := n.Attempts + 1
@@ -194,16 +194,19 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		}
 		switch {
 		case sendErr == nil:
+			state = DeliveryDelivered
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
 				SET state = 'DELIVERED', attempts = ?, delivered_at = coalesce(?::timestamptz, now()) WHERE id = ?`),
 				attempts, s.clock.NowOrNil(), n.DeliveryID).Exec(ctx)
 		case !now.Before(horizon) || (policy.MaxAttempts > 0 && attempts >= policy.MaxAttempts):
+			state = DeliveryDead
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
 				SET state = 'DEAD', attempts = ?, last_error = ? WHERE id = ?`), attempts, sendErr.Error(), n.DeliveryID).Exec(ctx)
 			s.logger.Error("notification dead: its retry horizon or its attempts are used up", "service", "delivery",
 				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
 				"age", now.Sub(n.CreatedAt), "error", sendErr)
 		default:
+			state = DeliveryPending
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
 				SET attempts = ?, last_error = ?, next_attempt_at = ? WHERE id = ?`),
 				attempts, sendErr.Error(), next, n.DeliveryID).Exec(ctx)
@@ -216,7 +219,10 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		}
 		return nil
 	})
-	return found, err
+	if err != nil {
+		return "", err
+	}
+	return state, nil
 }
 
 // Claim is a row of notification_claims, with its deliveries.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -20,6 +21,9 @@ type Outcome struct {
 	Result json.RawMessage
 	// Used holds the upstream revisions the function read.
 	Used map[string]int64
+	// Span is the attempt's span: the attempts its outcome creates (a retry, the nodes downstream)
+	// link to it.
+	Span trace.SpanContext
 }
 
 // Record records the outcomes of many attempts in one transaction, each fenced by its claim, and
@@ -81,7 +85,8 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		}
 		for i, o := range outs {
 			if won[i] {
-				if err := s.recordOne(ctx, t, byID[o.C.ExecutionID], o, ahead[i]); err != nil {
+				octx := trace.ContextWithSpanContext(ctx, o.Span)
+				if err := s.recordOne(octx, t, byID[o.C.ExecutionID], o, ahead[i]); err != nil {
 					return err
 				}
 			}

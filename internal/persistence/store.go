@@ -17,9 +17,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // Errors returned by the Store. The root package re-exports them.
@@ -94,6 +96,8 @@ type Config struct {
 	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) waits for
 	// a lock. Default 3s.
 	LockTimeout time.Duration
+	// Tracer makes the spans of the sweep's abandonments. Default: none.
+	Tracer trace.Tracer
 	// Routes are the deliveries this replica can make. Its heartbeat row lists them, and a claim
 	// queues a delivery for every route of its event that any replica lists.
 	Routes []Route
@@ -125,6 +129,7 @@ type Store struct {
 	lockTimeout time.Duration
 	hooks       Hooks
 	pruned      pruneCursor
+	tracer      trace.Tracer
 }
 
 // New returns a Store. It does not touch the database.
@@ -149,6 +154,7 @@ func New(cfg Config) (*Store, error) {
 		promoteKey:  "journey-promote:" + schema,
 		lockTimeout: cmp.Or(cfg.LockTimeout, 3*time.Second),
 		hooks:       cfg.Hooks,
+		tracer:      cmp.Or[trace.Tracer](cfg.Tracer, telemetry.Disabled().Tracer),
 		routes:      make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
 	if s.clock == nil {
@@ -275,6 +281,11 @@ type Computation struct {
 	MaxParallel        *int       `bun:"max_parallel"`
 	CreatedAt          time.Time  `bun:"created_at"`
 	FinishedAt         *time.Time `bun:"finished_at"`
+	// AvailableAt is when the attempt last became AVAILABLE.
+	AvailableAt *time.Time `bun:"available_at"`
+	// Traceparent is the W3C traceparent of the span of the write that created the attempt, if
+	// that write was traced: the attempt's span links to it.
+	Traceparent *string `bun:"traceparent"`
 	// Values are the values of the execution when Claim returned the computation, as JSON: read
 	// them with ClaimedValues. Other reads leave them empty.
 	Values json.RawMessage `bun:"claimed_values,scanonly"`

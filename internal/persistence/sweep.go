@@ -5,9 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // Abandonment reasons recorded in a computation's error.
@@ -25,6 +30,28 @@ func ReasonReplica(replicaID string) string {
 // that has started again since.
 func ReasonRestarted(replicaID string) string {
 	return "abandoned: replica " + replicaID + " restarted"
+}
+
+// Reason categories of an abandonment, bounded for metrics: ReasonCategory gives them.
+const (
+	CategoryDeadline         = "deadline"
+	CategoryHeartbeat        = "heartbeat"
+	CategoryReplicaStale     = "replica_stale"
+	CategoryReplicaRestarted = "replica_restarted"
+)
+
+// ReasonCategory returns the category of an abandonment's audit reason.
+func ReasonCategory(reason string) string {
+	switch {
+	case reason == ReasonDeadline:
+		return CategoryDeadline
+	case reason == ReasonHeartbeat:
+		return CategoryHeartbeat
+	case strings.HasSuffix(reason, " restarted"):
+		return CategoryReplicaRestarted
+	default:
+		return CategoryReplicaStale
+	}
 }
 
 // errAbandoned is the cause recorded for OnSave when abandonment used up the attempts.
@@ -74,6 +101,7 @@ type expired struct {
 	ExecutionID string  `bun:"execution_id"`
 	ClaimToken  *string `bun:"claim_token"`
 	Reason      string  `bun:"reason"`
+	Traceparent *string `bun:"traceparent"`
 }
 
 // Sweep runs one pass, if this replica holds the sweep lease of its graphs. It abandons the
@@ -135,7 +163,7 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 func (s *Store) abandon(ctx context.Context, limit int, res *SweepResult) error {
 	var rows []expired
 	err := s.db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now)
-		SELECT c.id, c.execution_id, c.claim_token, CASE
+		SELECT c.id, c.execution_id, c.claim_token, c.traceparent, CASE
 				WHEN c.deadline <= t.now THEN ?
 				WHEN r.replica_id IS NULL OR r.last_heartbeat < t.now - r.stale_after_ms * interval '1 millisecond'
 					THEN 'abandoned: replica ' || c.replica_id || ' stopped heartbeating'
@@ -169,9 +197,25 @@ func (s *Store) abandon(ctx context.Context, limit int, res *SweepResult) error 
 
 // abandonOne abandons one attempt, if it is still RUNNING under the same claim and nobody holds
 // its row (its completion, say), and retries it or fails its node. It returns nil if it left the
-// attempt alone.
-func (s *Store) abandonOne(ctx context.Context, row expired) (*Computation, error) {
-	var c *Computation
+// attempt alone. Its span, which records the reason, links to the write that created the attempt,
+// and the retry links to it.
+func (s *Store) abandonOne(ctx context.Context, row expired) (c *Computation, err error) {
+	ctx, span := s.tracer.Start(ctx, "journey.abandon", trace.WithNewRoot(), trace.WithLinks(telemetry.Links(row.Traceparent)...),
+		trace.WithAttributes(telemetry.KeyExecution.String(row.ExecutionID), telemetry.KeyComputation.Int64(row.ID),
+			telemetry.KeyAbandonReason.String(ReasonCategory(row.Reason))))
+	defer func() {
+		switch {
+		case err != nil:
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		case c == nil:
+			span.SetAttributes(telemetry.KeyOutcome.String("skipped")) // finished, or taken by another sweep
+		default:
+			span.SetAttributes(telemetry.KeyNode.String(c.Node), telemetry.KeyAttempt.Int(c.Attempt))
+			span.SetStatus(codes.Error, row.Reason)
+		}
+		span.End()
+	}()
 	guard := func(ctx context.Context, tx bun.IDB) error {
 		if err := s.boundLocks(ctx, tx); err != nil {
 			return err
@@ -190,7 +234,7 @@ func (s *Store) abandonOne(ctx context.Context, row expired) (*Computation, erro
 		c = got[0]
 		return nil
 	}
-	err := s.write(ctx, row.ExecutionID, guard, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
+	err = s.write(ctx, row.ExecutionID, guard, nil, func(ctx context.Context, tx bun.IDB, st *execState) error {
 		if s.hooks.Abandoning != nil {
 			s.hooks.Abandoning(c)
 		}

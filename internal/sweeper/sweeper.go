@@ -13,12 +13,14 @@ package sweeper
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 
 	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // Defaults of the sweeper.
@@ -51,12 +53,19 @@ type Config struct {
 	// notifications older than this are deleted. Default 7 days; negative keeps them forever.
 	Retention time.Duration
 	Logger    *slog.Logger
+	// Telemetry counts the abandonments. Default: none.
+	Telemetry *telemetry.Telemetry
 }
+
+// sampleTimeout bounds the query of a sample of the active computations.
+const sampleTimeout = 5 * time.Second
 
 // Sweeper runs sweep passes.
 type Sweeper struct {
 	cfg    Config
 	logger *slog.Logger
+	// sweeping is true while the last pass held the sweep lease.
+	sweeping atomic.Bool
 }
 
 // New returns a Sweeper with defaults filled in.
@@ -79,7 +88,20 @@ func New(cfg Config) *Sweeper {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Telemetry = telemetry.Or(cfg.Telemetry)
 	return &Sweeper{cfg: cfg, logger: cfg.Logger.With("service", "sweeper")}
+}
+
+// SampleStates counts the active computations of the served graphs, if this replica holds the
+// sweep lease: one replica samples them for all. ok is false on the others.
+func (s *Sweeper) SampleStates(ctx context.Context) (counts []telemetry.StateCount, ok bool, err error) {
+	if !s.sweeping.Load() {
+		return nil, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
+	defer cancel()
+	counts, err = s.cfg.Store.ActiveCounts(ctx)
+	return counts, err == nil, err
 }
 
 // CarryOut carries out the open requests of the served graphs (journey retry, archive,
@@ -99,6 +121,12 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 		Holder: s.cfg.ReplicaID, LeaseTTL: s.cfg.LeaseTTL, Limit: s.cfg.BatchSize,
 		ReplicaRetention: s.cfg.ReplicaRetention, Retention: max(s.cfg.Retention, 0),
 	})
+	s.sweeping.Store(err == nil && !res.Skipped)
+	for _, c := range res.Abandoned {
+		if g, _, ok := s.cfg.Store.GraphOf(c); ok {
+			s.cfg.Telemetry.Finished(ctx, g, c.Node, telemetry.OutcomeAbandoned, persistence.ReasonCategory(*c.Error))
+		}
+	}
 	if err != nil || res.Skipped {
 		return res, err
 	}
@@ -130,6 +158,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 
 // Release gives up the sweep lease, at a graceful stop, so that another replica sweeps at once.
 func (s *Sweeper) Release(ctx context.Context) error {
+	s.sweeping.Store(false)
 	return s.cfg.Store.ReleaseLease(ctx, s.cfg.Store.SweepLease(), s.cfg.ReplicaID)
 }
 

@@ -9,12 +9,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/internal/sweeper"
+	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/migrations"
 )
 
@@ -313,4 +320,74 @@ func TestAbandonsTheWorkOfAReplicaWithoutARow(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Abandoned, 1)
 	require.Equal(t, persistence.ReasonReplica("ghost"), *res.Abandoned[0].Error)
+}
+
+func TestAbandonmentTelemetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "telemetry")
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	rec := tracetest.NewSpanRecorder()
+	tel, err := telemetry.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	require.NoError(t, err)
+	store, err := persistence.New(persistence.Config{DB: b.store.DB(), Schema: b.store.Schema(), Clock: b.clock,
+		Graphs: []*graph.Graph{b.g}, Tracer: tel.Tracer})
+	require.NoError(t, err)
+	sw := sweeper.New(sweeper.Config{Store: store, ReplicaID: "r1", Telemetry: tel})
+	_, sampled, err := sw.SampleStates(ctx)
+	require.NoError(t, err)
+	require.False(t, sampled, "no pass has taken the sweep lease yet")
+
+	b.claim(t)
+	b.clock.Advance(hbTimeout + time.Millisecond)
+	b.alive(t)
+	res, err := sw.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+
+	// The metric counts the abandonment by its reason's category.
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	require.Len(t, rm.ScopeMetrics, 1)
+	var finished metricdata.Sum[int64]
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name == "journey.computation.finished" {
+			finished = m.Data.(metricdata.Sum[int64])
+		}
+	}
+	require.Len(t, finished.DataPoints, 1)
+	p := finished.DataPoints[0]
+	require.Equal(t, int64(1), p.Value)
+	for key, want := range map[string]string{"journey.graph": "telemetry", "journey.node": "y",
+		"journey.outcome": telemetry.OutcomeAbandoned, "journey.abandon.reason": persistence.CategoryHeartbeat} {
+		v, ok := p.Attributes.Value(attribute.Key(key))
+		require.True(t, ok, key)
+		require.Equal(t, want, v.AsString(), key)
+	}
+
+	// The span records the reason, and the retry links to it.
+	spans := rec.Ended()
+	require.Len(t, spans, 1)
+	span := spans[0]
+	require.Equal(t, "journey.abandon", span.Name())
+	require.Equal(t, codes.Error, span.Status().Code)
+	require.Equal(t, persistence.ReasonHeartbeat, span.Status().Description)
+	require.Contains(t, span.Attributes(), telemetry.KeyAbandonReason.String(persistence.CategoryHeartbeat))
+	retry := b.claim(t)
+	require.Equal(t, 2, retry.Attempt)
+	links := telemetry.Links(retry.Traceparent)
+	require.Len(t, links, 1)
+	require.Equal(t, span.SpanContext().TraceID(), links[0].SpanContext.TraceID())
+	require.Equal(t, span.SpanContext().SpanID(), links[0].SpanContext.SpanID())
+
+	// This replica holds the sweep lease: it samples the active attempts.
+	counts, sampled, err := sw.SampleStates(ctx)
+	require.NoError(t, err)
+	require.True(t, sampled)
+	require.ElementsMatch(t, []telemetry.StateCount{
+		{Graph: "telemetry", Version: "v1", Node: "y", State: persistence.StatePending},
+		{Graph: "telemetry", Version: "v1", Node: "y", State: persistence.StateAvailable},
+		{Graph: "telemetry", Version: "v1", Node: "y", State: persistence.StateRunning, N: 1},
+	}, counts)
 }
