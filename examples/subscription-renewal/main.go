@@ -214,10 +214,10 @@ func run(ctx context.Context, out io.Writer, logger *slog.Logger, databaseURL, s
 		return fmt.Errorf("waiting for the archive: %w", err)
 	}
 	if _, err := rt.Load(ctx, ex.ID); !errors.Is(err, journey.ErrNotFound) {
-		return fmt.Errorf("loading the ended subscription: want ErrNotFound, since it is archived; got %v", err)
+		return fmt.Errorf("loading the ended subscription: want ErrNotFound, since it is archived; got %w", err)
 	}
 	if e, err := rt.Load(ctx, ex.ID, journey.IncludeArchived()); err != nil || e.ArchivedAt == nil {
-		return fmt.Errorf("loading the ended subscription with IncludeArchived: want it archived; got %+v, %v", e, err)
+		return fmt.Errorf("loading the ended subscription with IncludeArchived: want it archived; got %+v, %w", e, err)
 	}
 	fmt.Fprintln(out, "last cycle paid: subscription archived, Load finds it only with IncludeArchived")
 	return printHistory(ctx, out, rt, ex.ID)

@@ -147,7 +147,7 @@ func runWithDatabase(logger *slog.Logger) error {
 func run(ctx context.Context, out io.Writer, logger *slog.Logger, databaseURL, schema string) (err error) {
 	secret := rand.Text() // shared by the runtime and the receiver; in production, from a secret store
 	receipts := make(chan receipt, 8)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listening for webhooks: %w", err)
 	}

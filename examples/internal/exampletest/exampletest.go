@@ -59,7 +59,9 @@ func database(t *testing.T, logger *slog.Logger) string {
 	return url
 }
 
+// dropSchema drops the program's schema.
 func dropSchema(t *testing.T, url, schema string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
