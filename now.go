@@ -31,8 +31,9 @@ func Now(ctx context.Context) time.Time {
 
 // clockMoves follows the moves of a test clock (Config.Test.Clock, when it is a clock.Mover).
 type clockMoves struct {
-	mu     sync.Mutex // held while the runtime acts on a move, so that Stop can wait for it
-	remove func()     // unregisters from the clock; nil when not registered
+	mu      sync.Mutex // held while the runtime acts on a move, so that Stop waits for it
+	stopped bool       // no move is acted on any more
+	remove  func()     // unregisters from the clock; nil when not registered
 }
 
 // observeClock registers the runtime with a test clock that moves, so that each move does at once
@@ -44,13 +45,14 @@ func (r *Runtime) observeClock() {
 }
 
 // stopObservingClock unregisters from the test clock and waits for a move being acted on, so
-// that no move reaches the actors once Stop stops them. The caller has set r.stopped.
+// that no move reaches the actors once Stop stops them.
 func (r *Runtime) stopObservingClock() {
 	if r.moves.remove != nil {
 		r.moves.remove()
 	}
 	r.moves.mu.Lock()
 	defer r.moves.mu.Unlock()
+	r.moves.stopped = true
 }
 
 // timeMoved acts on a move of the test clock at once, instead of at the next intervals. It writes
@@ -64,7 +66,7 @@ func (r *Runtime) stopObservingClock() {
 func (r *Runtime) timeMoved() {
 	r.moves.mu.Lock()
 	defer r.moves.mu.Unlock()
-	if r.stopped.Load() {
+	if r.moves.stopped {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)

@@ -58,11 +58,12 @@ func (r *Runtime) RequireValue(id, node string, want any) {
 }
 
 // RequireFailed waits until execution id is idle (see WaitIdle), then requires that node has
-// failed (it used up its attempts, journey.ErrComputationFailed) with an error that matches
-// target, and returns that error. A function's error is stored as text, so target matches if
-// errors.Is says so, or if the stored error contains target's text: pass the sentinel the
-// function returned, or errors.New with part of the message. A nil target matches any failure.
-func (r *Runtime) RequireFailed(id, node string, target error) error {
+// failed (it used up its attempts: Get returns journey.ErrComputationFailed) with an error that
+// matches
+// target. A function's error is stored as text, so target matches if errors.Is says so, or if the
+// stored error contains target's text: pass the sentinel the function returned, or errors.New
+// with part of the message. A nil target matches any failure.
+func (r *Runtime) RequireFailed(id, node string, target error) {
 	r.t.Helper()
 	r.WaitIdle(id)
 	v, err := r.get(id, node)
@@ -76,7 +77,6 @@ func (r *Runtime) RequireFailed(id, node string, target error) error {
 	case target != nil && !errors.Is(err, target) && !strings.Contains(err.Error(), target.Error()):
 		r.fatal(id, "node %q of execution %s failed with an error that does not match %q: %v", node, id, target, err)
 	}
-	return err
 }
 
 // WaitIdle waits until execution id has nothing to do before the clock moves: no attempt is
