@@ -87,6 +87,12 @@
 // Config.NotificationRetryHorizon (72 hours by default). VerifyWebhook checks a webhook's
 // signature.
 //
+// # Testing
+//
+// Package journeytest runs a graph in a test: a Runtime per test on a fresh schema, with a clock
+// that the test moves, so that an hour's tick or a retry's backoff takes no wall time. The
+// functions of a graph read that clock with Now(ctx), which is time.Now() in production.
+//
 // # Fencing
 //
 // Each claim gets a fresh claim token. A computation's heartbeats, its completion and its value

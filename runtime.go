@@ -71,6 +71,7 @@ type Runtime struct {
 	saves      atomic.Int64   // OnSave callbacks running
 	saved      chan struct{}  // a signal when one of them returns
 
+	moves    clockMoves // a test clock's moves, acted on at once (now.go)
 	stopped  atomic.Bool
 	stopOnce sync.Once
 	stopErr  error
@@ -166,6 +167,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		_ = r.Stop(ctx)
 		return nil, fmt.Errorf("journey: registering the observable metrics: %w", err)
 	}
+	r.observeClock()
 	// Notifications are the main wake-up path: New returns once the replica hears them, so that a
 	// write made right after it is not left to the poll.
 	wait := time.NewTimer(listenWait)
@@ -185,7 +187,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 }
 
 func (r *Runtime) start() {
-	base, cancel := context.WithCancel(context.Background())
+	base, cancel := context.WithCancel(context.WithValue(context.Background(), clockKey{}, r.cfg.Test.Clock))
 	r.cancelBase = cancel
 	r.claims = actors.NewClaimGate()
 	r.listening = make(chan struct{})
@@ -281,6 +283,7 @@ func (r *Runtime) Stop(ctx context.Context) error {
 
 func (r *Runtime) stop(ctx context.Context) error {
 	r.stopped.Store(true)
+	r.stopObservingClock()
 	var errs []error
 	if !r.drain(ctx) {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

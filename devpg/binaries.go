@@ -12,7 +12,7 @@ import (
 
 // ErrNoBinaries is returned by Start when the PostgreSQL server binaries cannot be found.
 var ErrNoBinaries = errors.New("PostgreSQL server binaries not found (initdb, postgres): " +
-	"install them with `apt-get install postgresql` or set DATABASE_URL")
+	"install them with `apt-get install postgresql`, or use a running server (DATABASE_URL, or TEST_DATABASE_URL in tests)")
 
 // debianRoot is where Debian and Ubuntu install one directory of server binaries per major version.
 const debianRoot = "/usr/lib/postgresql"

@@ -1,22 +1,3 @@
-// Package devpg starts throwaway PostgreSQL clusters for tests and local development.
-//
-// A cluster lives in a temporary directory, listens on 127.0.0.1 at a free port, trusts every
-// local connection, and is tuned for speed rather than durability (fsync, synchronous_commit and
-// full_page_writes are off). Stop removes it without a trace:
-//
-//	c, err := devpg.Start(ctx, logger)
-//	if err != nil { ... }
-//	defer c.Stop()
-//	db, err := sql.Open("pgx", c.URL())
-//
-// The postgres server is a child process of the caller and is sent SIGINT (a fast shutdown) by
-// the kernel if the caller dies, so a test binary killed by its timeout does not leave a server
-// running. Temporary directories left behind by such a death are removed by a later Start.
-//
-// PostgreSQL refuses to run as root. When the caller is root, initdb and postgres run as the
-// "postgres" OS user, which Debian's postgresql package creates.
-//
-// This package imports nothing else from the project.
 package devpg
 
 import (

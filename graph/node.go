@@ -13,7 +13,9 @@ import (
 type ComputeFunc func(ctx context.Context, in Values) (any, error)
 
 // TickFunc returns when a tick node becomes due. The zero time means "don't fire"; for a
-// recurring tick it means "pause". Errors are treated as for ComputeFunc.
+// recurring tick it means "pause". Errors are treated as for ComputeFunc. Compute the time from
+// journey.Now(ctx) rather than time.Now(): the two agree in production, and in tests
+// (package journeytest) the first follows the test's clock, so that a test can make the tick due.
 type TickFunc func(ctx context.Context, in Values) (time.Time, error)
 
 // Node is the definition of one node of a graph. It is built by Input, Compute, Mutate,

@@ -1,6 +1,8 @@
 // Package pgtest gives tests a real PostgreSQL database, and each test its own schema.
 //
-// A test package that uses it calls Main from TestMain:
+// The database is TEST_DATABASE_URL, or else a throwaway cluster (see package devpg) that the
+// test binary starts once, at the first need, and shares among its tests. A test package calls
+// Main from TestMain, so that the cluster is stopped and removed when the tests end:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
@@ -8,8 +10,8 @@
 //
 //	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Runner{M: m}) }
 //
-// The database is TEST_DATABASE_URL, else DATABASE_URL, else a throwaway cluster started for
-// the test binary (see package devpg). Tests then isolate themselves in schemas:
+// Without Main, the cluster dies with the test binary, and a later start removes its directory.
+// Tests then isolate themselves in schemas:
 //
 //	func TestSomething(t *testing.T) {
 //		t.Parallel()
@@ -18,8 +20,8 @@
 //		...
 //	}
 //
-// This package imports devpg and nothing else from the project, so that any package can use it
-// in its tests.
+// Package journeytest builds on it. This package imports devpg and nothing else from the
+// project, so that any package can use it in its tests.
 package pgtest
 
 import (
@@ -32,7 +34,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,12 +55,64 @@ const (
 	maxNameBytes = 40
 )
 
-// baseURL is the database of this test binary, set by Main.
-var baseURL atomic.Pointer[string]
+// TB is the part of testing.TB that this package uses. *testing.T, *testing.B and *testing.F
+// have it.
+type TB interface {
+	Helper()
+	Name() string
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}
 
-// Main is for TestMain. It takes the database from TEST_DATABASE_URL, or DATABASE_URL, or else
-// starts a throwaway cluster for this test binary; then it runs the tests, stops the cluster, and
-// exits with m.Run's code.
+// database is the database of this test binary, provided once by provide.
+var database struct {
+	mu       sync.Mutex
+	provided bool
+	url      string
+	err      error          // why there is no database; every later call fails with it
+	cluster  *devpg.Cluster // the throwaway cluster started for the test binary, if any
+}
+
+// provide returns the URL of the test binary's database: TEST_DATABASE_URL, or else a throwaway
+// cluster, which the first call starts and the later ones share. Once it has failed, it fails
+// with the same error.
+func provide() (string, error) {
+	database.mu.Lock()
+	defer database.mu.Unlock()
+	if database.provided {
+		return database.url, database.err
+	}
+	database.provided = true
+	if database.url = os.Getenv("TEST_DATABASE_URL"); database.url != "" {
+		return database.url, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := devpg.Start(ctx, logger)
+	if err != nil {
+		database.err = fmt.Errorf("no database for the tests: set TEST_DATABASE_URL, or install the PostgreSQL server binaries: %w", err)
+		return "", database.err
+	}
+	database.cluster, database.url = c, c.URL()
+	return database.url, nil
+}
+
+// stop stops the throwaway cluster, if one was started, and forgets the database.
+func stop() error {
+	database.mu.Lock()
+	defer database.mu.Unlock()
+	c := database.cluster
+	database.provided, database.url, database.err, database.cluster = false, "", nil, nil
+	if c == nil {
+		return nil
+	}
+	return c.Stop()
+}
+
+// Main is for TestMain. It provides the database (TEST_DATABASE_URL, or else a throwaway cluster
+// for this test binary), runs the tests, stops the cluster, and exits with m.Run's code.
 func Main(m *testing.M) {
 	os.Exit(Runner{M: m}.Run())
 }
@@ -70,52 +124,43 @@ type Runner struct {
 	M *testing.M
 }
 
-// Run provides the database, runs the tests and stops the cluster it started, if any. It
+// Run provides the database, runs the tests and stops the cluster, if one was started. It
 // returns m.Run's code, or 1 if no database could be had.
 func (r Runner) Run() int {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	url := os.Getenv("TEST_DATABASE_URL")
-	if url == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-		var stop func()
-		var err error
-		url, stop, err = devpg.URLOrStart(ctx, logger)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: no database for the tests: %v\n", err)
-			return 1
-		}
-		defer stop()
+	if _, err := provide(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
 	}
-	baseURL.Store(&url)
-	defer baseURL.Store(nil)
+	defer func() {
+		if err := stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: stopping the test cluster: %v\n", err)
+		}
+	}()
 	return r.M.Run()
 }
 
-// URL returns the URL of the test database. It fails the test if TestMain did not use Main or
-// Runner.
-func URL(tb testing.TB) string {
+// URL returns the URL of the test database, providing it at the first call. It fails the test if
+// there is none.
+func URL(tb TB) string {
 	tb.Helper()
-	u := baseURL.Load()
-	if u == nil {
-		tb.Fatal("pgtest: no test database: call pgtest.Main(m) from TestMain")
+	url, err := provide()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
 	}
-	return *u
+	return url
 }
 
-// BaseURL returns the URL of the test database, or "" if TestMain did not use Main or Runner.
-// It is for code that has no testing.TB, such as Example functions.
+// BaseURL returns the URL of the test database, providing it at the first call, or "" if there
+// is none. It is for code that has no testing.TB, such as Example functions.
 func BaseURL() string {
-	if u := baseURL.Load(); u != nil {
-		return *u
-	}
-	return ""
+	url, _ := provide()
+	return url
 }
 
 // Schema returns a fresh, unique schema name, such as "jt_testfoo_bar_1a2b3c4d": at most 63
 // bytes of [a-z0-9_]. It creates nothing, but registers a cleanup that drops the schema, if it
 // exists, with everything in it.
-func Schema(tb testing.TB) string {
+func Schema(tb TB) string {
 	tb.Helper()
 	url := URL(tb)
 	schema := schemaName(tb.Name())

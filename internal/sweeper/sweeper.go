@@ -167,6 +167,11 @@ type tick struct{}
 // Requests asks the sweeper actor to carry out the open requests now.
 type Requests struct{}
 
+// Pass asks the sweeper actor to run a pass now, between its timed ones; it closes Done once the
+// pass is over. A test that moves the clock sends it, so that what the move made due happens at
+// once.
+type Pass struct{ Done chan<- struct{} }
+
 // Props returns the sweeper actor: it runs a pass every Interval, and at once again after a full
 // batch.
 func (s *Sweeper) Props() *actor.Props {
@@ -181,21 +186,18 @@ type sweeperActor struct {
 
 // Receive implements actor.Actor.
 func (a *sweeperActor) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
+	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		a.timers = scheduler.NewTimerScheduler(ctx)
 		a.cancel = a.timers.SendOnce(a.s.cfg.Interval, ctx.Self(), tick{})
 	case Requests:
 		a.carryOut()
+	case Pass:
+		a.pass()
+		close(msg.Done)
 	case tick:
-		a.carryOut()
-		pctx, cancel := context.WithTimeout(context.Background(), passTimeout)
-		res, err := a.s.RunOnce(pctx)
-		cancel()
 		next := a.s.cfg.Interval
-		if err != nil {
-			a.s.logger.Warn("sweep failed", "error", err)
-		} else if len(res.Abandoned) >= a.s.cfg.BatchSize {
+		if a.pass() {
 			next = 0
 		}
 		a.cancel = a.timers.SendOnce(next, ctx.Self(), tick{})
@@ -204,6 +206,21 @@ func (a *sweeperActor) Receive(ctx actor.Context) {
 			a.cancel()
 		}
 	}
+}
+
+// pass carries out the open requests and runs a sweep pass, logging a failure: the next pass
+// tries again. It reports whether the pass abandoned a full batch, so that another should follow
+// at once.
+func (a *sweeperActor) pass() (full bool) {
+	a.carryOut()
+	ctx, cancel := context.WithTimeout(context.Background(), passTimeout)
+	defer cancel()
+	res, err := a.s.RunOnce(ctx)
+	if err != nil {
+		a.s.logger.Warn("sweep failed", "error", err)
+		return false
+	}
+	return len(res.Abandoned) >= a.s.cfg.BatchSize
 }
 
 // carryOut carries out the open requests, logging a failure: the next pass tries again.
