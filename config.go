@@ -57,8 +57,9 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL connection string, e.g.
 	// "postgres://user:pass@localhost:5432/app". Required unless Pool is set.
 	DatabaseURL string
-	// Pool is a ready pgx pool to use instead of DatabaseURL. The runtime does not close it. Its
-	// connections should use pgx.QueryExecModeSimpleProtocol, as the runtime's own pool does.
+	// Pool is a ready pgx pool to use instead of DatabaseURL. The runtime does not close it. Any
+	// QueryExecMode works; with pgx's default, QueryExecModeCacheStatement (the runtime's own
+	// pool's), the statements of the hot path are prepared once per connection.
 	Pool *pgxpool.Pool
 	// Schema holds journey's tables: at most 63 bytes, without ? or NUL. Default "journey". It is
 	// created if missing.

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"go.opentelemetry.io/otel/metric"
@@ -102,7 +101,6 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("journey: parsing Config.DatabaseURL: %w", err)
 		}
-		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 		if !setsPoolMaxConns(cfg.DatabaseURL) && pcfg.MaxConns < DefaultMaxConns {
 			pcfg.MaxConns = DefaultMaxConns
 		}
@@ -128,8 +126,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.closePool()
 		return nil, fmt.Errorf("journey: connecting to PostgreSQL: %w", err)
 	}
-	r.sqldb = stdlib.OpenDBFromPool(r.pool)
-	r.hbsqldb = stdlib.OpenDBFromPool(r.hbpool)
+	r.sqldb = persistence.OpenDB(r.pool)
+	r.hbsqldb = persistence.OpenDB(r.hbpool)
 	db := bun.NewDB(r.sqldb, pgdialect.New())
 	hbdb := bun.NewDB(r.hbsqldb, pgdialect.New())
 	if !cfg.SkipMigrations {

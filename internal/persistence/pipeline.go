@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 )
 
@@ -46,9 +45,9 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 	defer conn.Close() // a connection left in a transaction is discarded, not reused
 	t := &txn{Conn: conn}
 	err = conn.Raw(func(dc any) error {
-		c, ok := dc.(*stdlib.Conn)
+		c, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {
-			return fmt.Errorf("persistence: Config.DB must use pgx's stdlib driver, not %T", dc)
+			return fmt.Errorf("persistence: Config.DB must be opened by OpenDB, or use pgx's stdlib driver, not %T", dc)
 		}
 		t.pg = c.Conn()
 		return nil

@@ -1,0 +1,54 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// OpenDB returns the database/sql pool on pool that a Store's bun.DB uses. bun writes its
+// arguments into the statement's text, so its statements go over the simple protocol whatever the
+// pool's mode: prepared, each would be prepared once and never run again. The statements that a
+// txn sends through pgx itself keep the pool's mode: with pgx.QueryExecModeCacheStatement (pgx's
+// default), each is prepared once per connection and planned once per connection and plan.
+func OpenDB(pool *pgxpool.Pool) *sql.DB {
+	db := sql.OpenDB(simpleConnector{stdlib.GetPoolConnector(pool)})
+	db.SetMaxIdleConns(0) // as stdlib.OpenDBFromPool: the pgx pool keeps the idle connections
+	return db
+}
+
+// simpleConnector hands out simpleConns.
+type simpleConnector struct{ driver.Connector }
+
+// Connect implements driver.Connector.
+func (c simpleConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return simpleConn{dc.(*stdlibConn)}, nil
+}
+
+// stdlibConn names stdlib.Conn for embedding: as the embedded field's name, Conn would hide the
+// Conn method that txn reaches the pgx connection by.
+type stdlibConn = stdlib.Conn
+
+// simpleConn is a stdlib connection whose database/sql statements use the simple protocol.
+type simpleConn struct{ *stdlibConn }
+
+// simpleProtocol, as the first argument, tells pgx to send the statement over the simple protocol.
+var simpleProtocol = driver.NamedValue{Value: pgx.QueryExecModeSimpleProtocol}
+
+// QueryContext implements driver.QueryerContext.
+func (c simpleConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.stdlibConn.QueryContext(ctx, query, append([]driver.NamedValue{simpleProtocol}, args...))
+}
+
+// ExecContext implements driver.ExecerContext.
+func (c simpleConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.stdlibConn.ExecContext(ctx, query, append([]driver.NamedValue{simpleProtocol}, args...))
+}
