@@ -104,6 +104,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if !setsPoolMaxConns(cfg.DatabaseURL) && pcfg.MaxConns < DefaultMaxConns {
 			pcfg.MaxConns = DefaultMaxConns
 		}
+		// The hot path's statements are prepared once per connection. Their custom plans would
+		// be planned again at each call, as over the simple protocol; their generic plans read the
+		// same indexes (TestHotStatementsUseThePartialIndexes).
+		if _, set := pcfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+			pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		}
 		if cfg.IdleInTransactionTimeout > 0 {
 			pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.IdleInTransactionTimeout.Milliseconds(), 10)
 		}
