@@ -84,10 +84,15 @@ func TestAnHourAndABackoffTakeNoWallTime(t *testing.T) {
 // Advance past AbandonAfter abandons a computation that hangs, at once.
 func TestAdvancePastADeadline(t *testing.T) {
 	t.Parallel()
+	started := make(chan struct{}, 1)
 	g := graph.MustNew("hangs", "v1", []graph.Node{
 		graph.Input("go"),
 		graph.Compute("slow", graph.Needs("go"),
 			func(ctx context.Context, in graph.Values) (any, error) {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
 				<-ctx.Done() // hangs until the runtime gives up on it
 				return nil, ctx.Err()
 			},
@@ -96,7 +101,7 @@ func TestAdvancePastADeadline(t *testing.T) {
 	rt := journeytest.New(t, g)
 	ex, err := rt.Start(t.Context(), g, journey.WithValues(map[string]any{"go": true}))
 	require.NoError(t, err)
-	waitRunning(t, rt, ex.ID, "slow")
+	waitStarted(t, started, "slow")
 	rt.Advance(time.Minute)
 	rt.RequireFailed(ex.ID, "slow", errors.New("abandoned: deadline passed"))
 	comps, err := rt.Computations(t.Context(), ex.ID)
@@ -198,6 +203,7 @@ func (r *recorder) fails(patience time.Duration, fn func()) string {
 func TestFailureMessages(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
+	stuck := make(chan struct{}, 1) // the stuck function says it started
 	g := graph.MustNew("messages", "v1", []graph.Node{
 		graph.Input("name"),
 		graph.Input("email"),
@@ -217,6 +223,10 @@ func TestFailureMessages(t *testing.T) {
 		graph.Input("go"),
 		graph.Compute("stuck", graph.Needs("go"),
 			func(ctx context.Context, in graph.Values) (any, error) {
+				select {
+				case stuck <- struct{}{}:
+				default:
+				}
 				select {
 				case <-release:
 				case <-ctx.Done():
@@ -277,7 +287,7 @@ func TestFailureMessages(t *testing.T) {
 	// A running computation keeps the execution busy.
 	_, err = rt.Set(ctx, ex.ID, "go", true)
 	require.NoError(t, err)
-	waitRunning(t, rt, ex.ID, "stuck")
+	waitStarted(t, stuck, "stuck")
 	msg := rec.fails(time.Second, func() { rt.WaitIdle(ex.ID) })
 	t.Logf("WaitIdle of a busy execution:\n%s", msg)
 	require.Contains(t, msg, fmt.Sprintf("journeytest: execution %s is still busy after ", ex.ID))
@@ -315,20 +325,12 @@ func TestParallel(t *testing.T) {
 	}
 }
 
-// waitRunning waits until node's attempt is running. It polls the database, with a deadline: no
-// notification announces a claim.
-func waitRunning(t *testing.T, rt *journeytest.Runtime, id, node string) {
+// waitStarted waits until the function of node says it started: its attempt is running.
+func waitStarted(t *testing.T, started <-chan struct{}, node string) {
 	t.Helper()
-	deadline := time.Now().Add(journeytest.DefaultTimeout)
-	for {
-		comps, err := rt.Computations(t.Context(), id)
-		require.NoError(t, err)
-		for _, c := range comps {
-			if c.Node == node && c.State == journey.StateRunning {
-				return
-			}
-		}
-		require.False(t, time.Now().After(deadline), "%s is not running", node)
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-started:
+	case <-time.After(journeytest.DefaultTimeout):
+		t.Fatalf("%s did not start within %v", node, journeytest.DefaultTimeout)
 	}
 }
