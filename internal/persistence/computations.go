@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
@@ -19,34 +20,47 @@ import (
 // that another replica is claiming, or whose execution is being written (its writer will NOTIFY
 // when it commits), is left for a later claim. So the deadlines it sets start when the claim
 // starts, with nothing in between.
+//
+// Each graph key is looked up on its own: a scan of the AVAILABLE index for several keys at once
+// (graph_key = ANY) comes out of PostgreSQL (before 17) unordered, and must sort every available
+// attempt to find the oldest, where the lookup of one key reads only the first limit entries.
 func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Computation, error) {
 	if limit <= 0 || len(s.keys) == 0 {
 		return nil, nil
 	}
 	var claimed []*Computation
-	err := s.db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now),
-		claimed AS (UPDATE {s}.computations c
-			SET state = 'RUNNING', replica_id = ?, claim_token = gen_random_uuid(), claimed_at = t.now,
-				deadline = t.now + c.abandon_after_ms * interval '1 millisecond',
-				heartbeat_deadline = t.now + c.heartbeat_timeout_ms * interval '1 millisecond',
-				last_heartbeat_at = t.now
-			FROM t
-			WHERE c.id IN (
-				SELECT a.id FROM {s}.computations a JOIN {s}.executions e ON e.id = a.execution_id
-				WHERE a.state = 'AVAILABLE' AND a.graph_key IN (?) AND e.archived_at IS NULL
-				ORDER BY a.id LIMIT ?
-				FOR UPDATE OF a, e SKIP LOCKED)
-			RETURNING c.*),
-		-- A claim is a revision of its execution; the claim above holds the executions' rows.
-		bumped AS (UPDATE {s}.executions e SET revision = e.revision + n.claims
-			FROM (SELECT execution_id, count(*) AS claims FROM claimed GROUP BY execution_id) n
-			WHERE e.id = n.execution_id)
-		SELECT claimed.*, (SELECT jsonb_object_agg(v.node, jsonb_build_object(
-				'value', v.value, 'metadata', v.metadata, 'revision', v.revision, 'set_at', v.set_at))
-			FROM {s}."values" v WHERE v.execution_id = claimed.execution_id) AS claimed_values
-		FROM claimed ORDER BY claimed.id`),
-		s.clock.NowOrNil(), replicaID, bun.List(s.keys), limit).Scan(ctx, &claimed)
-	if err != nil && !isNoRows(err) {
+	err := s.withPgx(ctx, func(pg *pgx.Conn) error {
+		rows, err := pg.Query(ctx, s.q(`WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+			claimed AS (UPDATE {s}.computations c
+				SET state = 'RUNNING', replica_id = $2, claim_token = gen_random_uuid(), claimed_at = t.now,
+					deadline = t.now + c.abandon_after_ms * interval '1 millisecond',
+					heartbeat_deadline = t.now + c.heartbeat_timeout_ms * interval '1 millisecond',
+					last_heartbeat_at = t.now
+				FROM t
+				WHERE c.id IN (SELECT l.id FROM unnest($3::text[]) AS k(graph_key)
+					CROSS JOIN LATERAL (
+						SELECT a.id FROM {s}.computations a JOIN {s}.executions e ON e.id = a.execution_id
+						WHERE a.state = 'AVAILABLE' AND a.graph_key = k.graph_key AND e.archived_at IS NULL
+						ORDER BY a.id LIMIT $4
+						FOR UPDATE OF a, e SKIP LOCKED) l
+					ORDER BY l.id LIMIT $4)
+				RETURNING c.*),
+			-- A claim is a revision of its execution; the claim above holds the executions' rows.
+			bumped AS (UPDATE {s}.executions e SET revision = e.revision + n.claims
+				FROM (SELECT execution_id, count(*) AS claims FROM claimed GROUP BY execution_id) n
+				WHERE e.id = n.execution_id)
+			SELECT claimed.*, (SELECT jsonb_object_agg(v.node, jsonb_build_object(
+					'value', v.value, 'metadata', v.metadata, 'revision', v.revision, 'set_at', v.set_at))
+				FROM {s}."values" v WHERE v.execution_id = claimed.execution_id) AS claimed_values
+			FROM claimed ORDER BY claimed.id`),
+			s.clock.NowOrNil(), replicaID, s.keys, limit)
+		if err != nil {
+			return err
+		}
+		claimed, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[Computation])
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("claiming computations: %w", err)
 	}
 	return claimed, nil

@@ -3,48 +3,114 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/pgtest"
 )
 
-// statementLog records the statements a bun.DB sends, as they were sent.
+// statementLog records the statements that a store sends: those of bun, as they were sent (their
+// arguments in their text), and those of pgx, with their arguments apart.
 type statementLog struct {
 	mu    sync.Mutex
-	sent  []string
+	sent  []statement
 	since int
+}
+
+type statement struct {
+	sql  string
+	args []any // nil for bun's
+}
+
+func (l *statementLog) add(sql string, args []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sent = append(l.sent, statement{sql, args})
 }
 
 func (l *statementLog) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context {
 	return ctx
 }
 
-func (l *statementLog) AfterQuery(_ context.Context, e *bun.QueryEvent) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sent = append(l.sent, e.Query)
+func (l *statementLog) AfterQuery(_ context.Context, e *bun.QueryEvent) { l.add(e.Query, nil) }
+
+// TraceQueryStart, TraceQueryEnd, TraceBatchStart, TraceBatchQuery and TraceBatchEnd make it a
+// pgx.BatchTracer. A statement bun sends reaches pgx too: it is recorded once, by bun's hook.
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	// database/sql's statements (bun's) come with options first: a result format, a mode.
+	if len(d.Args) == 0 || !isOption(d.Args[0]) {
+		l.add(d.SQL, d.Args)
+	}
+	return ctx
 }
 
+func isOption(arg any) bool {
+	switch arg.(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormatsByOID, pgx.QueryResultFormats:
+		return true
+	}
+	return false
+}
+
+func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	l.add(d.SQL, d.Args)
+}
+
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // take returns the statements sent since the last take that a plan can be explained for.
-func (l *statementLog) take() []string {
+func (l *statementLog) take() []statement {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []string
-	for _, q := range l.sent[l.since:] {
-		switch strings.ToUpper(strings.Fields(q)[0]) {
+	var out []statement
+	for _, st := range l.sent[l.since:] {
+		switch strings.ToUpper(strings.Fields(st.sql)[0]) {
 		case "SELECT", "WITH", "UPDATE", "INSERT", "DELETE":
-			out = append(out, q)
+			out = append(out, st)
 		}
 	}
 	l.since = len(l.sent)
 	return out
+}
+
+// explain returns the plan of st in JSON. A statement of pgx is explained as the runtime runs it:
+// prepared, with the generic plan that plan_cache_mode=force_generic_plan makes once for every
+// call.
+func explain(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) string {
+	t.Helper()
+	var raw string
+	if st.args == nil {
+		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, pgx.QueryExecModeSimpleProtocol).Scan(&raw), st.sql)
+		return raw
+	}
+	_, err := conn.Exec(ctx, "PREPARE explained AS "+st.sql)
+	require.NoError(t, err, st.sql)
+	defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE explained") }()
+	params := make([]string, len(st.args))
+	for i := range params {
+		params[i] = "$" + strconv.Itoa(i+1)
+	}
+	// EXECUTE takes no parameters of the extended protocol: pgx writes the arguments in.
+	args := append([]any{pgx.QueryExecModeSimpleProtocol}, st.args...)
+	require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE explained("+strings.Join(params, ", ")+")",
+		args...).Scan(&raw), st.sql)
+	return raw
 }
 
 // planNode is a node of a plan of EXPLAIN (FORMAT JSON).
@@ -96,12 +162,24 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 		WHERE id IN (SELECT id FROM {s}.computations WHERE state = 'AVAILABLE' ORDER BY id LIMIT 5)`)
 	b.exec(t, `ANALYZE {s}.executions, {s}."values", {s}.computations`)
 
-	// A store of its own, whose statements are recorded.
-	db := pgtest.BunDB(t, pgtest.URL(t))
+	// A store of its own, whose statements are recorded, on a pool set up as the runtime's.
 	log := &statementLog{}
-	db = db.WithQueryHook(log)
+	pcfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	pcfg.ConnConfig.Tracer = log
+	pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	db := bun.NewDB(OpenDB(pool), pgdialect.New()).WithQueryHook(log)
 	s, err := New(Config{DB: db, Schema: b.schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: testLogger()})
 	require.NoError(t, err)
+	explainer, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = explainer.Close(context.Background()) })
+	_, err = explainer.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+
 	refs := make([]ClaimRef, len(claimed))
 	for i, c := range claimed {
 		refs[i] = c.Ref()
@@ -110,31 +188,42 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 		name  string
 		run   func() error
 		index string // the prefix of the name of an index that one of its statements must use
+		avoid string // the prefix of the names of indexes that none of its statements may use
 	}{
-		{"claim", func() error { _, err := s.Claim(ctx, "r2", 2); return err }, "computations_available_idx"},
-		{"heartbeat", func() error { _, err := s.Heartbeat(ctx, "r1", refs); return err }, "computations_running_"},
+		{"claim", func() error { _, err := s.Claim(ctx, "r2", 2); return err }, "computations_available_idx", ""},
+		{"heartbeat", func() error { _, err := s.Heartbeat(ctx, "r1", refs); return err }, "computations_running_", ""},
+		// An outcome is fenced through the primary key: a partial index on RUNNING attempts would
+		// read every running attempt of the replica for each outcome.
+		{"record", func() error {
+			lost, err := s.Record(ctx, []Outcome{{C: claimed[0], Result: json.RawMessage(`1`)}})
+			if err == nil {
+				err = lost[0]
+			}
+			return err
+		}, "computations_pkey", "computations_running_"},
 		{"sweep", func() error {
 			_, err := s.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 100})
 			return err
-		}, "computations_running_"},
-		{"promotion", func() error { _, err := s.PromoteDue(ctx); return err }, "computations_pending_idx"},
+		}, "computations_running_", ""},
+		{"promotion", func() error { _, err := s.PromoteDue(ctx); return err }, "computations_pending_idx", ""},
 	} {
 		require.NoError(t, op.run(), op.name)
 		statements := log.take()
 		require.NotEmpty(t, statements, op.name)
 		used := false
-		for _, q := range statements {
-			var raw string
-			require.NoError(t, db.DB.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+q).Scan(&raw), "%s: %s", op.name, q)
+		for _, st := range statements {
+			raw := explain(ctx, t, explainer, st)
 			var plans []struct{ Plan planNode }
 			require.NoError(t, json.Unmarshal([]byte(raw), &plans))
 			seq, indexes := map[string]bool{}, map[string]bool{}
 			plans[0].Plan.scans(seq, indexes)
-			t.Logf("%s: indexes %v, sequential scans %v: %.160s", op.name, keys(indexes), keys(seq), oneLine(q))
+			t.Logf("%s: indexes %v, sequential scans %v: %.160s", op.name, keys(indexes), keys(seq), oneLine(st.sql))
 			require.False(t, seq["computations"] || seq["executions"] || seq["values"],
-				"%s: a sequential scan of a table that holds the finished rows:\n%s\n%s", op.name, q, raw)
+				"%s: a sequential scan of a table that holds the finished rows:\n%s\n%s", op.name, st.sql, raw)
 			for index := range indexes {
 				used = used || strings.HasPrefix(index, op.index)
+				require.False(t, op.avoid != "" && strings.HasPrefix(index, op.avoid),
+					"%s: reads %s:\n%s\n%s", op.name, index, st.sql, raw)
 			}
 		}
 		require.True(t, used, "%s: no statement uses %s*", op.name, op.index)

@@ -44,15 +44,7 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 	}
 	defer conn.Close() // a connection left in a transaction is discarded, not reused
 	t := &txn{Conn: conn}
-	err = conn.Raw(func(dc any) error {
-		c, ok := dc.(interface{ Conn() *pgx.Conn })
-		if !ok {
-			return fmt.Errorf("persistence: Config.DB must be opened by OpenDB, or use pgx's stdlib driver, not %T", dc)
-		}
-		t.pg = c.Conn()
-		return nil
-	})
-	if err != nil {
+	if t.pg, err = pgxOf(conn); err != nil {
 		return err
 	}
 	if err := fn(ctx, t); err != nil {
@@ -64,6 +56,35 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 		return fmt.Errorf("committing: %w", err)
 	}
 	return nil
+}
+
+// pgxOf returns the pgx connection under conn, which database/sql lends for as long as conn is
+// held.
+func pgxOf(conn bun.Conn) (pg *pgx.Conn, err error) {
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			return fmt.Errorf("persistence: Config.DB must be opened by OpenDB, or use pgx's stdlib driver, not %T", dc)
+		}
+		pg = c.Conn()
+		return nil
+	})
+	return pg, err
+}
+
+// withPgx runs fn on a pgx connection of the pool, outside any transaction: its statements go
+// in the pool's mode, prepared by default.
+func (s *Store) withPgx(ctx context.Context, fn func(pg *pgx.Conn) error) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("taking a connection: %w", err)
+	}
+	defer conn.Close()
+	pg, err := pgxOf(conn)
+	if err != nil {
+		return err
+	}
+	return fn(pg)
 }
 
 // rollback ends a failed transaction. If that fails too, the connection still holds the

@@ -119,17 +119,22 @@ func (s *Store) fenceAll(outs []Outcome, fenced *[]int64) step {
 			used[i] = signature(o.Used).String()
 		}
 	}
+	// Each attempt is reached through its primary key alone, in id order: the lateral lookup is
+	// fenced by OFFSET 0 from the state test, which would otherwise let the planner reach the rows
+	// through a partial index on RUNNING attempts, scanning every running attempt of the replica for
+	// each outcome. A generic plan made while that index was small would keep doing so.
 	return step{s.q(`WITH o AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[])
 				AS o(id, replica_id, token, state, error, computed_with)),
-		held AS (SELECT c.id FROM {s}.computations c JOIN o ON c.id = o.id
-			WHERE c.state = 'RUNNING' AND c.replica_id = o.replica_id AND c.claim_token = o.token
-			ORDER BY c.id FOR UPDATE OF c)
+		held AS MATERIALIZED (SELECT o.* FROM (SELECT * FROM o ORDER BY o.id) o
+			CROSS JOIN LATERAL (SELECT c.state, c.replica_id, c.claim_token FROM {s}.computations c
+				WHERE c.id = o.id OFFSET 0 FOR UPDATE) c
+			WHERE c.state = 'RUNNING' AND c.replica_id = o.replica_id AND c.claim_token = o.token)
 		UPDATE {s}.computations c
-		SET state = o.state, error = CASE WHEN o.state = 'FAILED' THEN o.error END,
-			computed_with = coalesce(nullif(o.computed_with, '')::jsonb, c.computed_with),
+		SET state = h.state, error = CASE WHEN h.state = 'FAILED' THEN h.error END,
+			computed_with = coalesce(nullif(h.computed_with, '')::jsonb, c.computed_with),
 			finished_at = coalesce($7::timestamptz, now())
-		FROM o, held WHERE c.id = o.id AND c.id = held.id
+		FROM held h WHERE c.id = h.id
 		RETURNING c.id`),
 		[]any{ids, replicas, tokens, states, errs, used, s.clock.NowOrNil()},
 		func(br pgx.BatchResults) error {

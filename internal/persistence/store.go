@@ -288,7 +288,7 @@ type Computation struct {
 	Traceparent *string `bun:"traceparent"`
 	// Values are the values of the execution when Claim returned the computation, as JSON: read
 	// them with ClaimedValues. Other reads leave them empty.
-	Values json.RawMessage `bun:"claimed_values,scanonly"`
+	Values json.RawMessage `bun:"claimed_values,scanonly" db:"claimed_values"`
 }
 
 // gated reports whether the attempt waits for a concurrency key or a parallel limit.
