@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,20 +14,35 @@ import (
 	"github.com/journey-go/journey/graph"
 )
 
-// Claim takes up to limit AVAILABLE computations of the served graphs for replicaID, oldest
-// first, in one statement. Each claimed row gets a fresh claim token, its deadlines, and bumps its
-// execution's revision; it comes back with its execution's values as of the claim (see
-// ClaimedValues), so the function needs no other read. It never waits for a lock: a computation
-// that another replica is claiming, or whose execution is being written (its writer will NOTIFY
-// when it commits), is left for a later claim. So the deadlines it sets start when the claim
-// starts, with nothing in between.
+// Claim takes up to limit AVAILABLE computations of the served graphs for replicaID, the
+// longest due first (by run_at, then id), in one statement. Each claimed row gets a fresh claim
+// token, its deadlines, and bumps its execution's revision; it comes back with its execution's
+// values as of the claim (see ClaimedValues), so the function needs no other read. It never waits
+// for a lock: a computation that another replica is claiming, or whose execution is being written
+// (its writer will NOTIFY when it commits), is left for a later claim. So the deadlines it sets
+// start when the claim starts, with nothing in between.
 //
-// Each graph key is looked up on its own: a scan of the AVAILABLE index for several keys at once
-// (graph_key = ANY) comes out of PostgreSQL (before 17) unordered, and must sort every available
-// attempt to find the oldest, where the lookup of one key reads only the first limit entries.
+// The statement is prepared, and planned once per connection for every limit and every state of
+// the table. Its shape keeps that one plan cheap whatever the statistics say, which in a queue go
+// stale within seconds:
+//   - Each graph key is looked up on its own: a scan of an index for several keys at once
+//     (graph_key = ANY) comes out of PostgreSQL (before 17) unordered, and sorts every available
+//     attempt to find the first.
+//   - The order (run_at, id) is one that only computations_claim_idx gives. Ordered by id, the
+//     primary key gives it too, and a plan made when most attempts were AVAILABLE walked the
+//     primary key through every finished attempt.
+//   - The lookups' LIMIT is written into the text, as the power of two at or above limit (a few
+//     statements in all), where a parameter would be planned as a tenth of the table; and the
+//     rows are updated through the primary key, by = ANY(ARRAY(…)), whatever their estimate.
+//     Each key locks at most that many rows, for the statement's duration, and the claim takes
+//     limit of them.
 func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Computation, error) {
 	if limit <= 0 || len(s.keys) == 0 {
 		return nil, nil
+	}
+	window := 1
+	for window < limit {
+		window *= 2
 	}
 	var claimed []*Computation
 	err := s.withPgx(ctx, func(pg *pgx.Conn) error {
@@ -37,13 +53,13 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 					heartbeat_deadline = t.now + c.heartbeat_timeout_ms * interval '1 millisecond',
 					last_heartbeat_at = t.now
 				FROM t
-				WHERE c.id IN (SELECT l.id FROM unnest($3::text[]) AS k(graph_key)
+				WHERE c.id = ANY(ARRAY(SELECT l.id FROM unnest($3::text[]) AS k(graph_key)
 					CROSS JOIN LATERAL (
-						SELECT a.id FROM {s}.computations a JOIN {s}.executions e ON e.id = a.execution_id
+						SELECT a.id, a.run_at FROM {s}.computations a JOIN {s}.executions e ON e.id = a.execution_id
 						WHERE a.state = 'AVAILABLE' AND a.graph_key = k.graph_key AND e.archived_at IS NULL
-						ORDER BY a.id LIMIT $4
+						ORDER BY a.run_at, a.id LIMIT `+strconv.Itoa(window)+`
 						FOR UPDATE OF a, e SKIP LOCKED) l
-					ORDER BY l.id LIMIT $4)
+					ORDER BY l.run_at, l.id LIMIT $4))
 				RETURNING c.*),
 			-- A claim is a revision of its execution; the claim above holds the executions' rows.
 			bumped AS (UPDATE {s}.executions e SET revision = e.revision + n.claims

@@ -117,6 +117,7 @@ func explain(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) st
 type planNode struct {
 	NodeType string     `json:"Node Type"`
 	Relation string     `json:"Relation Name"`
+	Alias    string     `json:"Alias"`
 	Index    string     `json:"Index Name"`
 	Plans    []planNode `json:"Plans"`
 }
@@ -162,23 +163,7 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 		WHERE id IN (SELECT id FROM {s}.computations WHERE state = 'AVAILABLE' ORDER BY id LIMIT 5)`)
 	b.exec(t, `ANALYZE {s}.executions, {s}."values", {s}.computations`)
 
-	// A store of its own, whose statements are recorded, on a pool set up as the runtime's.
-	log := &statementLog{}
-	pcfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	require.NoError(t, err)
-	pcfg.ConnConfig.Tracer = log
-	pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	db := bun.NewDB(OpenDB(pool), pgdialect.New()).WithQueryHook(log)
-	s, err := New(Config{DB: db, Schema: b.schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: testLogger()})
-	require.NoError(t, err)
-	explainer, err := pgx.Connect(ctx, pgtest.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = explainer.Close(context.Background()) })
-	_, err = explainer.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
+	s, log, explainer := b.tracedStore(t)
 
 	refs := make([]ClaimRef, len(claimed))
 	for i, c := range claimed {
@@ -190,7 +175,7 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 		index string // the prefix of the name of an index that one of its statements must use
 		avoid string // the prefix of the names of indexes that none of its statements may use
 	}{
-		{"claim", func() error { _, err := s.Claim(ctx, "r2", 2); return err }, "computations_available_idx", ""},
+		{"claim", func() error { _, err := s.Claim(ctx, "r2", 2); return err }, "computations_claim_idx", ""},
 		{"heartbeat", func() error { _, err := s.Heartbeat(ctx, "r1", refs); return err }, "computations_running_", ""},
 		// An outcome is fenced through the primary key: a partial index on RUNNING attempts would
 		// read every running attempt of the replica for each outcome.
@@ -228,6 +213,76 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 		}
 		require.True(t, used, "%s: no statement uses %s*", op.name, op.index)
 	}
+}
+
+// tracedStore returns a store on b's schema whose statements log records, on a pool set up as
+// the runtime's, and a connection that explains them.
+func (b *bundle) tracedStore(t *testing.T) (*Store, *statementLog, *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	log := &statementLog{}
+	pcfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	pcfg.ConnConfig.Tracer = log
+	pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	db := bun.NewDB(OpenDB(pool), pgdialect.New()).WithQueryHook(log)
+	s, err := New(Config{DB: db, Schema: b.schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: testLogger()})
+	require.NoError(t, err)
+	explainer, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = explainer.Close(context.Background()) })
+	_, err = explainer.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	return s, log, explainer
+}
+
+// In a queue, the statistics go stale within seconds. Taken while every attempt was AVAILABLE,
+// they made the claim's generic plan, when it took attempts by id, walk the primary key through
+// every attempt finished since: the claim must find its attempts through its own index whatever
+// the statistics say.
+func TestClaimPlanWithStaleStatistics(t *testing.T) {
+	t.Parallel()
+	const attempts = 20000
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version)
+		SELECT 'e-' || g, 'store', 'v1' FROM generate_series(1, ?) g`, attempts)
+	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
+			abandon_after_ms, heartbeat_timeout_ms, created_at)
+		SELECT 'e-' || g, 'store@v1', 'y', 'AVAILABLE', 1, 2, now(), 10000, 3000, now()
+		FROM generate_series(1, ?) g`, attempts)
+	b.exec(t, `ANALYZE {s}.executions, {s}.computations`)
+	b.exec(t, `UPDATE {s}.computations SET state = 'SUCCESS', finished_at = now() WHERE id <= ?`, attempts-20)
+
+	s, log, explainer := b.tracedStore(t)
+	claimed, err := s.Claim(ctx, "r1", 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 10)
+	statements := log.take()
+	require.Len(t, statements, 1)
+	raw := explain(ctx, t, explainer, statements[0])
+	var plans []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal([]byte(raw), &plans))
+	seq, indexes := map[string]bool{}, map[string]bool{}
+	plans[0].Plan.scans(seq, indexes)
+	require.Empty(t, seq, raw)
+	require.Equal(t, "computations_claim_idx", plans[0].Plan.indexOf("a"), raw)
+}
+
+// indexOf returns the index through which the plan reads the relation of alias, or "" if none.
+func (n planNode) indexOf(alias string) string {
+	if n.Alias == alias && n.Index != "" {
+		return n.Index
+	}
+	for _, c := range n.Plans {
+		if index := c.indexOf(alias); index != "" {
+			return index
+		}
+	}
+	return ""
 }
 
 func keys(m map[string]bool) []string {

@@ -214,7 +214,7 @@ type ExecutionPage struct {
 //	              Index Cond: (ROW(created_at, id) < ROW('2026-11-23 07:52:42.410136+00', 'EX00000003'))
 //	              Filter: (archived_at IS NULL)
 //	  SubPlan 2 .. SubPlan 8: the state of the 51 rows, from notification_claims_failed_idx,
-//	        computations_running_replica_idx, and computations_pending_idx OR computations_available_idx
+//	        computations_running_replica_idx, and computations_pending_idx OR computations_claim_idx
 //	Execution Time: 0.908 ms
 //
 // With Graph and Version it walks executions_graph_idx backwards (an incremental sort on id),

@@ -45,13 +45,13 @@ type Overview struct {
 //	          ->  HashAggregate: the candidates, an Append of
 //	                Index Only Scan using notification_claims_failed_idx (rows=1000)
 //	                Index Scan using computations_running_replica_idx (rows=50)
-//	                Bitmap Heap Scan: BitmapOr of computations_pending_idx and computations_available_idx (rows=200)
+//	                Bitmap Heap Scan: BitmapOr of computations_pending_idx and computations_claim_idx (rows=200)
 //	          ->  Index Scan using executions_pkey on executions e (rows=1 loops=1250)
 //	                SubPlans: the state of each, on the same partial indexes and computations_execution_idx
 //	the totals, EXPLAIN only (no row read) of each graph version, on executions_graph_stats:
 //	  Index Only Scan using executions_graph_idx (rows=253433; the true count is 250000)
 //	the active computations, 0.4 ms: an Index Only Scan of computations_pending_idx,
-//	  computations_available_idx and computations_running_replica_idx each
+//	  computations_claim_idx and computations_running_replica_idx each
 //	the failures of the last hour, 18 ms: Index Scan using notification_claims_failed_idx, filtered
 //	  on claimed_at (rows=71, 929 removed)
 //	the DEAD deliveries, 2 ms: Index Only Scan using notification_deliveries_dead_idx (rows=1000)
