@@ -104,12 +104,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if !setsPoolMaxConns(cfg.DatabaseURL) && pcfg.MaxConns < DefaultMaxConns {
 			pcfg.MaxConns = DefaultMaxConns
 		}
-		// The hot path's statements are prepared once per connection. Their custom plans would
-		// be planned again at each call, as over the simple protocol. Their generic plans read
-		// the indexes: with 300,000 finished executions, each took under 0.5 ms a batch in
-		// journey bench -n 10000 -finished-rows 300000 (pg_stat_statements).
-		if _, set := pcfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-			pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		for name, value := range persistence.PlanSettings {
+			if _, set := pcfg.ConnConfig.RuntimeParams[name]; !set {
+				pcfg.ConnConfig.RuntimeParams[name] = value
+			}
 		}
 		if cfg.IdleInTransactionTimeout > 0 {
 			pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.IdleInTransactionTimeout.Milliseconds(), 10)

@@ -3,12 +3,14 @@ package persistence
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"github.com/journey-go/journey/graph"
@@ -238,8 +240,9 @@ func (s *Store) Values(ctx context.Context, id string) (graph.Values, error) {
 
 // NodeState is what Get needs to know about one node.
 type NodeState struct {
-	Value  graph.Value  // zero when unset
-	Latest *Computation // the newest attempt, nil if none
+	Value graph.Value // zero when unset
+	// Latest is the newest attempt, nil if none: its ID, State, Attempt and Error only.
+	Latest *Computation
 	// Revision is the execution's revision when it was read, before the value and the attempt.
 	Revision int64
 }
@@ -247,46 +250,47 @@ type NodeState struct {
 // Failed reports whether the node has used up its attempts with nothing pending.
 func (ns NodeState) Failed() bool { return ns.Latest != nil && ns.Latest.failedForGood() }
 
-// NodeState reads a node's value and its newest attempt, in one statement.
+// NodeState reads a node's value and its newest attempt, in one prepared statement: a Get that
+// waits makes it at each wakeup.
 func (s *Store) NodeState(ctx context.Context, id, node string) (NodeState, error) {
-	var rows []struct {
-		Computation                   // the newest attempt; ID 0 if none
-		GraphName     string          `bun:"e_graph_name"`
-		GraphVersion  string          `bun:"e_graph_version"`
-		Revision      int64           `bun:"e_revision"`
-		Value         json.RawMessage `bun:"v_value"`
-		Metadata      json.RawMessage `bun:"v_metadata"`
-		ValueRevision *int64          `bun:"v_revision"`
-		SetAt         *time.Time      `bun:"v_set_at"`
-	}
-	err := s.db.NewRaw(s.q(`SELECT e.graph_name AS e_graph_name, e.graph_version AS e_graph_version,
-			e.revision AS e_revision, v.value AS v_value, v.metadata AS v_metadata, v.revision AS v_revision,
-			v.set_at AS v_set_at, c.*
-		FROM {s}.executions e
-		LEFT JOIN {s}."values" v ON v.execution_id = e.id AND v.node = ?
-		LEFT JOIN LATERAL (SELECT * FROM {s}.computations
-			WHERE execution_id = e.id AND node = ? ORDER BY id DESC LIMIT 1) c ON true
-		WHERE e.id = ?`), node, node, id).Scan(ctx, &rows)
-	if err != nil && !isNoRows(err) {
-		return NodeState{}, fmt.Errorf("reading node %q of %s: %w", node, id, err)
-	}
-	if len(rows) == 0 {
+	var (
+		name, version string
+		ns            NodeState
+		raw, meta     []byte
+		valueRev      *int64
+		setAt         *time.Time
+		attemptID     *int64
+		state, errMsg *string
+		attempt       *int
+	)
+	err := s.withPgx(ctx, func(pg *pgx.Conn) error {
+		return pg.QueryRow(ctx, s.q(`SELECT e.graph_name, e.graph_version, e.revision,
+				v.value, v.metadata, v.revision, v.set_at, c.id, c.state, c.attempt, c.error
+			FROM {s}.executions e
+			LEFT JOIN {s}."values" v ON v.execution_id = e.id AND v.node = $2
+			LEFT JOIN LATERAL (SELECT id, state, attempt, error FROM {s}.computations
+				WHERE execution_id = e.id AND node = $2 ORDER BY id DESC LIMIT 1) c ON true
+			WHERE e.id = $1`), id, node).Scan(&name, &version, &ns.Revision,
+			&raw, &meta, &valueRev, &setAt, &attemptID, &state, &attempt, &errMsg)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
 		return NodeState{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	row := rows[0]
-	g, ok := s.Graph(row.GraphName, row.GraphVersion)
+	if err != nil {
+		return NodeState{}, fmt.Errorf("reading node %q of %s: %w", node, id, err)
+	}
+	g, ok := s.Graph(name, version)
 	if !ok {
-		return NodeState{}, fmt.Errorf("%w: %q version %q", ErrUnknownGraph, row.GraphName, row.GraphVersion)
+		return NodeState{}, fmt.Errorf("%w: %q version %q", ErrUnknownGraph, name, version)
 	}
 	if _, ok := g.Node(node); !ok {
 		return NodeState{}, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), node)
 	}
-	ns := NodeState{Revision: row.Revision}
-	if row.ValueRevision != nil {
-		ns.Value = graph.Value{Raw: row.Value, Revision: *row.ValueRevision, SetAt: *row.SetAt, Metadata: row.Metadata}
+	if valueRev != nil {
+		ns.Value = graph.Value{Raw: raw, Revision: *valueRev, SetAt: *setAt, Metadata: meta}
 	}
-	if row.ID != 0 {
-		ns.Latest = &row.Computation
+	if attemptID != nil {
+		ns.Latest = &Computation{ID: *attemptID, State: *state, Attempt: *attempt, Error: errMsg}
 	}
 	return ns, nil
 }

@@ -224,7 +224,9 @@ func (b *bundle) tracedStore(t *testing.T) (*Store, *statementLog, *pgx.Conn) {
 	pcfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	require.NoError(t, err)
 	pcfg.ConnConfig.Tracer = log
-	pcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	for name, value := range PlanSettings {
+		pcfg.ConnConfig.RuntimeParams[name] = value
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

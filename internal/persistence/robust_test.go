@@ -48,10 +48,16 @@ func (b *bundle) start(t *testing.T, g *graph.Graph, inputs map[string]any) stri
 // latest returns the newest attempt of node in execution id.
 func (b *bundle) latest(t *testing.T, id, node string) *Computation {
 	t.Helper()
-	ns, err := b.store.NodeState(context.Background(), id, node)
+	all, err := b.store.Computations(context.Background(), id)
 	require.NoError(t, err)
-	require.NotNil(t, ns.Latest, "node %q of %s has an attempt", node, id)
-	return ns.Latest
+	var newest *Computation
+	for i := range all {
+		if all[i].Node == node {
+			newest = &all[i]
+		}
+	}
+	require.NotNil(t, newest, "node %q of %s has an attempt", node, id)
+	return newest
 }
 
 // exec runs a statement on the bundle's schema ({s}).
