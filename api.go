@@ -357,7 +357,7 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 			}
 			return v, err
 		}
-		w.seen.Store(seen)
+		w.settle(seen)
 		if poll == nil {
 			poll = time.NewTimer(every)
 		}

@@ -70,3 +70,29 @@ func TestWaiterWokenOnlyByChangesItHasNotSeen(t *testing.T) {
 	w.wake("e1", -1)
 	require.True(t, woken(), "a change without a revision always wakes")
 }
+
+// A change heard while a look ran, and read by it, does not make the Get look again; a newer one,
+// or one of unknown revision, does.
+func TestWaiterSettlesWhatItsLookRead(t *testing.T) {
+	t.Parallel()
+	w := newWaiters()
+	wt, remove := w.add("e1")
+	defer remove()
+	woken := func() bool {
+		select {
+		case <-wt.ch:
+			return true
+		default:
+			return false
+		}
+	}
+	w.wake("e1", 5) // heard during the first look, which read revision 5
+	wt.settle(5)
+	require.False(t, woken(), "the look read revision 5")
+	w.wake("e1", 6) // heard during the next look, which read revision 5 only
+	wt.settle(5)
+	require.True(t, woken(), "revision 6 is newer than the look")
+	w.wake("e1", -1)
+	wt.settle(7)
+	require.True(t, woken(), "a change of unknown revision may be newer than any look")
+}

@@ -1,6 +1,7 @@
 package journey
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -17,6 +18,24 @@ type waiter struct {
 	// seen is the execution's revision at the waiter's last look; -1 before it. A change at a
 	// revision no newer was in what the look read: it does not wake the waiter.
 	seen atomic.Int64
+	// woke is the newest revision that signalled ch (math.MaxInt64 for a change of unknown
+	// revision). A change heard while the look ran may be one the look read: settle drops its
+	// wakeup then.
+	woke atomic.Int64
+}
+
+// settle records the revision rev that a look read, and drops a pending wakeup for a change no
+// newer: at 400 executions/s, the Set's own notification, heard while the Get's first look ran,
+// made one Get in two look again for nothing.
+func (wt *waiter) settle(rev int64) {
+	wt.seen.Store(rev)
+	select {
+	case <-wt.ch:
+		if wt.woke.Load() > rev {
+			signal(wt.ch) // a newer change: keep its wakeup
+		}
+	default:
+	}
 }
 
 func newWaiters() *waiters { return &waiters{m: map[string]map[*waiter]struct{}{}} }
@@ -46,8 +65,14 @@ func (w *waiters) add(id string) (wt *waiter, remove func()) {
 func (w *waiters) wake(id string, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if rev < 0 {
+		rev = math.MaxInt64
+	}
 	for wt := range w.m[id] {
-		if rev < 0 || rev > wt.seen.Load() {
+		if rev > wt.seen.Load() {
+			if wt.woke.Load() < rev { // written under w.mu only
+				wt.woke.Store(rev)
+			}
 			signal(wt.ch)
 		}
 	}
@@ -58,6 +83,7 @@ func (w *waiters) wakeAll() {
 	defer w.mu.Unlock()
 	for _, ws := range w.m {
 		for wt := range ws {
+			wt.woke.Store(math.MaxInt64)
 			signal(wt.ch)
 		}
 	}

@@ -23,10 +23,14 @@ import (
 // fresh schema, each Set's value insert took 1.1 ms, reading every execution. Every statement of
 // the hot path reaches its rows through an index, so enable_seqscan=off rules that plan out. A
 // table without a fitting index (the leases, the replica heartbeats: a few rows) is still read
-// whole: the setting only makes that path look dear.
+// whole: the setting only makes that path look dear, and so lifts such a plan's cost over
+// jit_above_cost. jit=off keeps PostgreSQL from compiling each of them at each call (in a profile
+// of journey bench -rate 500, LLVM and the loading of its code): no statement of the runtime is
+// long enough to gain from it.
 var PlanSettings = map[string]string{
 	"plan_cache_mode": "force_generic_plan",
 	"enable_seqscan":  "off",
+	"jit":             "off",
 }
 
 // OpenDB returns the database/sql pool on pool that a Store's bun.DB uses. bun writes its
