@@ -229,22 +229,27 @@ const writeValuesQuery = `WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], 
 		SELECT * FROM v)
 	SELECT * FROM v`
 
-// writeValues runs writeValuesQuery: it writes w at time now.
+// writeValues runs writeValuesQuery: it writes w at time now. In a txn, it goes through pgx,
+// prepared.
 func (s *Store) writeValues(ctx context.Context, tx bun.IDB, w valueWrites, now time.Time) ([]*valueRow, error) {
 	var rows []*valueRow
-	err := tx.NewRaw(s.q(writeValuesQuery), pgdialect.Array(w.ids), pgdialect.Array(w.nodes), pgdialect.Array(w.raws),
-		pgdialect.Array(w.metas), pgdialect.Array(w.revs), now).Scan(ctx, &rows)
+	var err error
+	if t, ok := tx.(*txn); ok {
+		err = t.send(ctx, s.writeValuesStep(w, now, &rows))
+	} else {
+		err = tx.NewRaw(s.q(writeValuesQuery), pgdialect.Array(w.ids), pgdialect.Array(w.nodes), pgdialect.Array(w.raws),
+			pgdialect.Array(w.metas), pgdialect.Array(w.revs), now).Scan(ctx, &rows)
+	}
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("writing %d value(s): %w", len(w.ids), err)
 	}
 	return rows, nil
 }
 
-// writeValuesStep is writeValuesQuery as a step of a batch, at the transaction's time. It reads
-// the rows that changed into rows.
-func (s *Store) writeValuesStep(w valueWrites, rows *[]*valueRow) step {
-	return step{dollars(s.q(writeValuesQuery)), []any{w.ids, w.nodes, w.raws, w.metas, w.revs, s.clock.NowOrNil()},
-		collect(rows)}
+// writeValuesStep is writeValuesQuery as a step of a batch, at time now (nil: the transaction's
+// time). It reads the rows that changed into rows.
+func (s *Store) writeValuesStep(w valueWrites, now any, rows *[]*valueRow) step {
+	return step{dollars(s.q(writeValuesQuery)), []any{w.ids, w.nodes, w.raws, w.metas, w.revs, now}, collect(rows)}
 }
 
 // recordSave queues the OnSave event of a value written, if its node or the graph has a callback.

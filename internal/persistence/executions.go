@@ -177,7 +177,7 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 	var then []step
 	var written []*valueRow
 	if len(w.ids) > 0 {
-		then = append(then, s.writeValuesStep(w, &written))
+		then = append(then, s.writeValuesStep(w, s.clock.NowOrNil(), &written))
 	}
 	var rev int64
 	err := s.write(ctx, id, nil, then, func(ctx context.Context, tx bun.IDB, st *execState) error {
