@@ -67,6 +67,10 @@ type claimLost struct{ reason string }
 // finished tells a computation that its goroutine has ended and recorded what it could.
 type finished struct{ reason string }
 
+// functionReturned tells the dispatcher that the function of the computation actor id has
+// returned: its worker is free while the outcome is recorded.
+type functionReturned struct{ id string }
+
 // computation is the actor of one claimed attempt.
 type computation struct {
 	env      *computationEnv
@@ -79,6 +83,8 @@ type computation struct {
 	lost     atomic.Bool // set once the claim is lost: the goroutine then writes nothing
 	stopping bool
 	reason   string // why the actor ended; Terminated does not say
+	// returned tells the dispatcher, once, that the function has returned.
+	returned func()
 }
 
 func computationProps(env *computationEnv, c *persistence.Computation, g *graph.Graph, n graph.Node) *actor.Props {
@@ -102,7 +108,12 @@ func (a *computation) Receive(ctx actor.Context) {
 		if h := a.env.hooks.ComputationStarted; h != nil {
 			h(a.c, ctx.Self(), a.watchdog)
 		}
-		system, self := ctx.ActorSystem(), ctx.Self()
+		system, self, parent := ctx.ActorSystem(), ctx.Self(), ctx.Parent()
+		a.returned = sync.OnceFunc(func() {
+			if parent != nil { // nil for a computation spawned alone, as tests do
+				system.Root.Send(parent, functionReturned{id: self.Id})
+			}
+		})
 		a.env.running.Add(1)
 		go func() {
 			defer a.env.running.Done()
@@ -226,6 +237,7 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 		reason, outcome = "failed: "+cause.Error(), telemetry.OutcomeFailed
 	}
 	o := persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used, Span: trace.SpanContextFromContext(ctx)}
+	a.returned() // the actor, and its watchdog, live on until the outcome is recorded
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		if a.lost.Load() {
 			return OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost

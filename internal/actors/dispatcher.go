@@ -26,7 +26,8 @@ const (
 type DispatcherConfig struct {
 	Store     *persistence.Store
 	ReplicaID string
-	// MaxWorkers caps the computations running at once on this replica. Default 100.
+	// MaxWorkers caps the functions running at once on this replica, and the attempts whose
+	// outcomes wait to be recorded. Default 100.
 	MaxWorkers int
 	// PollInterval is the fallback poll for missed notifications. Default 1s.
 	PollInterval time.Duration
@@ -99,6 +100,9 @@ type claimNow struct{}
 type dispatcher struct {
 	cfg         DispatcherConfig
 	running     map[string]bool // the PIDs of the computation actors
+	// computing holds those of running whose function has not returned: each holds a worker.
+	// The others wait for their outcome to be recorded.
+	computing map[string]bool
 	env         *computationEnv
 	logger      *slog.Logger
 	timers      *scheduler.TimerScheduler
@@ -134,7 +138,7 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
 		running: cfg.Running, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes, tel: telemetry.Or(cfg.Telemetry)}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &dispatcher{cfg: cfg, env: env, logger: logger, running: map[string]bool{}}
+		return &dispatcher{cfg: cfg, env: env, logger: logger, running: map[string]bool{}, computing: map[string]bool{}}
 	}, actor.WithSupervisor(stopStrategy))
 }
 
@@ -165,8 +169,16 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.runOnce(ctx)
 		// The next poll is timed from the end of this one: a slow round never stacks up polls.
 		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
+	case functionReturned:
+		// The worker is free before the outcome is recorded, so that the claims of the next
+		// computations overlap the completer's transactions.
+		delete(d.computing, msg.id)
+		if d.filled {
+			d.queueClaim(ctx)
+		}
 	case *actor.Terminated:
 		delete(d.running, msg.Who.Id)
+		delete(d.computing, msg.Who.Id)
 		d.checkDrained(ctx)
 		// A freed worker claims only if the last round filled every free worker, so that work
 		// may be waiting. Otherwise none was, and new work announces itself (Wake), or the poll
@@ -207,7 +219,9 @@ func (d *dispatcher) checkDrained(ctx actor.Context) {
 // through the gate, so that what it claims is spawned before the gate closes.
 func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 	running := len(d.running)
-	free := d.cfg.MaxWorkers - running
+	// At most MaxWorkers functions run, and at most as many more attempts wait for their
+	// outcomes to be recorded.
+	free := min(d.cfg.MaxWorkers-len(d.computing), 2*d.cfg.MaxWorkers-running)
 	if d.draining || d.paused || free <= 0 {
 		d.filled = free <= 0
 		return ClaimResult{Running: running}
@@ -235,7 +249,8 @@ func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 			if c.AvailableAt != nil && c.ClaimedAt != nil {
 				d.env.tel.Claimed(cctx, g, c.Node, c.ClaimedAt.Sub(*c.AvailableAt))
 			}
-			d.running[ctx.Spawn(computationProps(d.env, c, g, n)).Id] = true
+			pid := ctx.Spawn(computationProps(d.env, c, g, n))
+			d.running[pid.Id], d.computing[pid.Id] = true, true
 		}
 	})
 	d.filled = len(claimed) == free
