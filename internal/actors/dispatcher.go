@@ -98,11 +98,11 @@ type pollTick struct{}
 type claimNow struct{}
 
 type dispatcher struct {
-	cfg         DispatcherConfig
-	running     map[string]bool // the PIDs of the computation actors
+	cfg     DispatcherConfig
+	running map[string]bool // the PIDs of the computation actors
 	// computing holds those of running whose function has not returned: each holds a worker.
 	// The others wait for their outcome to be recorded.
-	computing map[string]bool
+	computing   map[string]bool
 	env         *computationEnv
 	logger      *slog.Logger
 	timers      *scheduler.TimerScheduler
