@@ -122,7 +122,8 @@ func (s *Store) fenceAll(outs []Outcome, fenced *[]int64) step {
 	// Each attempt is reached through its primary key alone, in id order: the lateral lookup is
 	// fenced by OFFSET 0 from the state test, which would otherwise let the planner reach the rows
 	// through a partial index on RUNNING attempts, scanning every running attempt of the replica for
-	// each outcome. A generic plan made while that index was small would keep doing so.
+	// each outcome. A generic plan made while that index was small would keep doing so. The
+	// attempt of a lost claim is locked too, until the commit, and left as it is.
 	return step{s.q(`WITH o AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[])
 				AS o(id, replica_id, token, state, error, computed_with)),
