@@ -50,25 +50,27 @@ func TestWaiterWokenOnlyByChangesItHasNotSeen(t *testing.T) {
 	w := newWaiters()
 	wt, remove := w.add("e1")
 	defer remove()
-	woken := func() bool {
-		select {
-		case <-wt.ch:
-			return true
-		default:
-			return false
-		}
-	}
 	w.wake("e1", 3)
-	require.True(t, woken(), "before its first look, any change wakes it")
+	require.True(t, woken(wt), "before its first look, any change wakes it")
 	wt.seen.Store(5)
 	w.wake("e1", 5)
 	w.wake("e1", 4)
 	w.wake("e2", 9)
-	require.False(t, woken(), "revisions 4 and 5 were in its look; e2 is another execution")
+	require.False(t, woken(wt), "revisions 4 and 5 were in its look; e2 is another execution")
 	w.wake("e1", 6)
-	require.True(t, woken())
+	require.True(t, woken(wt))
 	w.wake("e1", -1)
-	require.True(t, woken(), "a change without a revision always wakes")
+	require.True(t, woken(wt), "a change without a revision always wakes")
+}
+
+// woken reports whether wt has a wakeup pending, and takes it.
+func woken(wt *waiter) bool {
+	select {
+	case <-wt.ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // A change heard while a look ran, and read by it, does not make the Get look again; a newer one,
@@ -78,21 +80,13 @@ func TestWaiterSettlesWhatItsLookRead(t *testing.T) {
 	w := newWaiters()
 	wt, remove := w.add("e1")
 	defer remove()
-	woken := func() bool {
-		select {
-		case <-wt.ch:
-			return true
-		default:
-			return false
-		}
-	}
 	w.wake("e1", 5) // heard during the first look, which read revision 5
 	wt.settle(5)
-	require.False(t, woken(), "the look read revision 5")
+	require.False(t, woken(wt), "the look read revision 5")
 	w.wake("e1", 6) // heard during the next look, which read revision 5 only
 	wt.settle(5)
-	require.True(t, woken(), "revision 6 is newer than the look")
+	require.True(t, woken(wt), "revision 6 is newer than the look")
 	w.wake("e1", -1)
 	wt.settle(7)
-	require.True(t, woken(), "a change of unknown revision may be newer than any look")
+	require.True(t, woken(wt), "a change of unknown revision may be newer than any look")
 }

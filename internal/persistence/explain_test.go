@@ -89,10 +89,18 @@ func (l *statementLog) take() []statement {
 	return out
 }
 
-// explain returns the plan of st in JSON. A statement of pgx is explained as the runtime runs it:
-// prepared, with the generic plan that plan_cache_mode=force_generic_plan makes once for every
-// call.
-func explain(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) string {
+// explain returns the plan of st, in JSON and read. A statement of pgx is explained as the
+// runtime runs it: prepared, with the generic plan that plan_cache_mode=force_generic_plan makes
+// once for every call.
+func explain(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) (string, planNode) {
+	t.Helper()
+	raw := explainJSON(ctx, t, conn, st)
+	var plans []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal([]byte(raw), &plans))
+	return raw, plans[0].Plan
+}
+
+func explainJSON(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) string {
 	t.Helper()
 	var raw string
 	if st.args == nil {
@@ -197,11 +205,9 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 		require.NotEmpty(t, statements, op.name)
 		used := false
 		for _, st := range statements {
-			raw := explain(ctx, t, explainer, st)
-			var plans []struct{ Plan planNode }
-			require.NoError(t, json.Unmarshal([]byte(raw), &plans))
+			raw, plan := explain(ctx, t, explainer, st)
 			seq, indexes := map[string]bool{}, map[string]bool{}
-			plans[0].Plan.scans(seq, indexes)
+			plan.scans(seq, indexes)
 			t.Logf("%s: indexes %v, sequential scans %v: %.160s", op.name, keys(indexes), keys(seq), oneLine(st.sql))
 			require.False(t, seq["computations"] || seq["executions"] || seq["values"],
 				"%s: a sequential scan of a table that holds the finished rows:\n%s\n%s", op.name, st.sql, raw)
@@ -265,13 +271,11 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 	require.Len(t, claimed, 10)
 	statements := log.take()
 	require.Len(t, statements, 1)
-	raw := explain(ctx, t, explainer, statements[0])
-	var plans []struct{ Plan planNode }
-	require.NoError(t, json.Unmarshal([]byte(raw), &plans))
+	raw, plan := explain(ctx, t, explainer, statements[0])
 	seq, indexes := map[string]bool{}, map[string]bool{}
-	plans[0].Plan.scans(seq, indexes)
+	plan.scans(seq, indexes)
 	require.Empty(t, seq, raw)
-	require.Equal(t, "computations_claim_idx", plans[0].Plan.indexOf("a"), raw)
+	require.Equal(t, "computations_claim_idx", plan.indexOf("a"), raw)
 }
 
 // indexOf returns the index through which the plan reads the relation of alias, or "" if none.
