@@ -56,7 +56,7 @@ func (r valueRow) toValue() graph.Value {
 // first in the same transaction: a fenced write that must lock its computation row before the
 // execution is locked, as the lock order demands. then go with the loads, after the lock.
 func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error,
-	then []step, fn func(ctx context.Context, tx bun.IDB, st *execState) error) error {
+	then []step, fn func(ctx context.Context, tx *txn, st *execState) error) error {
 	var done []*execState
 	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
 		if before != nil {
@@ -187,7 +187,7 @@ func (s *Store) valuesOf(ctx context.Context, db bun.IDB, ids []string) (map[str
 
 // upsertValue writes a node's value at revision rev unless it equals the stored one. It reports
 // whether anything changed; the caller owns the execution's revision.
-func (s *Store) upsertValue(ctx context.Context, tx bun.IDB, st *execState, node string, raw, meta json.RawMessage, rev int64) (bool, error) {
+func (s *Store) upsertValue(ctx context.Context, tx *txn, st *execState, node string, raw, meta json.RawMessage, rev int64) (bool, error) {
 	var w valueWrites
 	w.add(st.exec.ID, node, raw, meta, rev)
 	rows, err := s.writeValues(ctx, tx, w, st.now)
@@ -229,18 +229,10 @@ const writeValuesQuery = `WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], 
 		SELECT * FROM v)
 	SELECT * FROM v`
 
-// writeValues runs writeValuesQuery: it writes w at time now. In a txn, it goes through pgx,
-// prepared.
-func (s *Store) writeValues(ctx context.Context, tx bun.IDB, w valueWrites, now time.Time) ([]*valueRow, error) {
+// writeValues runs writeValuesQuery in t: it writes w at time now.
+func (s *Store) writeValues(ctx context.Context, t *txn, w valueWrites, now time.Time) ([]*valueRow, error) {
 	var rows []*valueRow
-	var err error
-	if t, ok := tx.(*txn); ok {
-		err = t.send(ctx, s.writeValuesStep(w, now, &rows))
-	} else {
-		err = tx.NewRaw(s.q(writeValuesQuery), pgdialect.Array(w.ids), pgdialect.Array(w.nodes), pgdialect.Array(w.raws),
-			pgdialect.Array(w.metas), pgdialect.Array(w.revs), now).Scan(ctx, &rows)
-	}
-	if err != nil && !isNoRows(err) {
+	if err := t.send(ctx, s.writeValuesStep(w, now, &rows)); err != nil {
 		return nil, fmt.Errorf("writing %d value(s): %w", len(w.ids), err)
 	}
 	return rows, nil
@@ -260,7 +252,7 @@ func (st *execState) recordSave(node string, v graph.Value) {
 }
 
 // deleteValue clears a node's value, and records the clearing in the history.
-func (s *Store) deleteValue(ctx context.Context, tx bun.IDB, st *execState, node string) error {
+func (s *Store) deleteValue(ctx context.Context, tx *txn, st *execState, node string) error {
 	_, err := tx.NewRaw(s.q(`WITH d AS (DELETE FROM {s}."values" WHERE execution_id = ? AND node = ? RETURNING execution_id, node)
 		INSERT INTO {s}.value_history (execution_id, node, revision, changed_at) SELECT execution_id, node, ?, ? FROM d`),
 		st.exec.ID, node, st.revision, st.now).Exec(ctx)
@@ -286,7 +278,7 @@ func (s *Store) deleteValue(ctx context.Context, tx bun.IDB, st *execState, node
 //
 // An archived execution gets no new computations; Unarchive advances it again. A gate that panics
 // fails its node, and the others advance as usual.
-func (s *Store) advance(ctx context.Context, tx bun.IDB, st *execState) error {
+func (s *Store) advance(ctx context.Context, tx *txn, st *execState) error {
 	for again := true; again; {
 		again = false
 		due := st.dueView()
@@ -312,7 +304,7 @@ type gatePanic struct{ err error }
 func (p *gatePanic) Error() string { return p.err.Error() }
 
 // advanceNode advances one node, and reports whether it changed a value that other gates read.
-func (s *Store) advanceNode(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, due graph.Values) (bool, error) {
+func (s *Store) advanceNode(ctx context.Context, tx *txn, st *execState, n graph.Node, due graph.Values) (bool, error) {
 	name := n.Name()
 	gate := func(vals graph.Values) (bool, error) {
 		ok, err := holds(n, vals)
@@ -371,7 +363,7 @@ func (s *Store) advanceNode(ctx context.Context, tx bun.IDB, st *execState, n gr
 // failNode records that a node failed for good without running: its gate panicked. It does so
 // once per upstream revisions, as a FAILED attempt with the cause, and claims the failure event.
 // A node with an attempt under way is left to that attempt.
-func (s *Store) failNode(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, cause error) error {
+func (s *Store) failNode(ctx context.Context, tx *txn, st *execState, n graph.Node, cause error) error {
 	sig := signature(Signature(n, st.dueView()))
 	latest := st.latest[n.Name()]
 	if latest != nil && (latest.active() || latest.failedForGood() && parseSignature(latest.ComputedWith).equal(sig)) {
@@ -405,7 +397,7 @@ func clearable(n graph.Node) bool {
 // a concurrency key or a parallel limit: then it is PENDING, and a gated one is promoted before
 // the transaction ends if a slot is free. In an archived execution it is CANCELED at once, until
 // Unarchive revives it. If the node's ConcurrencyKey panics, the node fails.
-func (s *Store) insertComputation(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, attempt int, sig signature, delay time.Duration) (*Computation, error) {
+func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n graph.Node, attempt int, sig signature, delay time.Duration) (*Computation, error) {
 	set := n.Settings()
 	var key *string
 	var keyErr error

@@ -207,7 +207,7 @@ func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMes
 // read before that value came due: a recurring tick's next cycle, written while the attempt ran.
 // For the attempt, that cycle has not happened yet; it must run again when it does. Gates and
 // signatures see ticks only once they are due, so the attempt's record must too.
-func (s *Store) forgetUndueTicks(ctx context.Context, tx bun.IDB, st *execState, c *Computation) error {
+func (s *Store) forgetUndueTicks(ctx context.Context, tx *txn, st *execState, c *Computation) error {
 	sig := parseSignature(c.ComputedWith)
 	forgot := false
 	for up, rev := range sig {
@@ -228,7 +228,7 @@ func (s *Store) forgetUndueTicks(ctx context.Context, tx bun.IDB, st *execState,
 }
 
 // cancelAttempt marks a finished attempt CANCELED, with reason.
-func (s *Store) cancelAttempt(ctx context.Context, tx bun.IDB, c *Computation, reason string) error {
+func (s *Store) cancelAttempt(ctx context.Context, tx *txn, c *Computation, reason string) error {
 	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"), StateCanceled, reason, c.ID).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("canceling computation %d: %w", c.ID, err)
@@ -239,7 +239,7 @@ func (s *Store) cancelAttempt(ctx context.Context, tx bun.IDB, c *Computation, r
 
 // failAttempt turns a finished attempt into the node's final failure, with cause: user code
 // that the store called for it panicked.
-func (s *Store) failAttempt(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error) error {
+func (s *Store) failAttempt(ctx context.Context, tx *txn, st *execState, c *Computation, cause error) error {
 	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", c.Node, "error", cause)
 	msg := cause.Error()
 	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ?, computed_with = ?::jsonb WHERE id = ?"),
@@ -253,7 +253,7 @@ func (s *Store) failAttempt(ctx context.Context, tx bun.IDB, st *execState, c *C
 
 // gatePanicked fails the node of a finished attempt whose gate panicked on the current values.
 // The failure is for those values, whichever the attempt read, so that advancing records it once.
-func (s *Store) gatePanicked(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error) error {
+func (s *Store) gatePanicked(ctx context.Context, tx *txn, st *execState, c *Computation, cause error) error {
 	n, _ := st.g.Node(c.Node)
 	c.ComputedWith = signature(Signature(n, st.dueView())).String()
 	return s.failAttempt(ctx, tx, st, c, cause)
@@ -278,7 +278,7 @@ func (s *Store) recordAlone(ctx context.Context, o Outcome) error {
 // attempt is CANCELED: nothing retries it and no failure is announced; the node runs again when
 // its gate next holds. Otherwise, while attempts remain and the failure is not permanent, the next
 // attempt is created with the node's backoff; else the node has failed for good.
-func (s *Store) afterFailure(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error, permanent bool) error {
+func (s *Store) afterFailure(ctx context.Context, tx *txn, st *execState, c *Computation, cause error, permanent bool) error {
 	n, ok := st.g.Node(c.Node)
 	if !ok {
 		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), c.Node)
@@ -307,7 +307,7 @@ func (s *Store) afterFailure(ctx context.Context, tx bun.IDB, st *execState, c *
 
 // nodeFailed records that c, the newest attempt of its node, ended the node's budget: waiters
 // learn it, the failure event is claimed, and OnSave gets the error.
-func (s *Store) nodeFailed(ctx context.Context, tx bun.IDB, st *execState, c *Computation, cause error) error {
+func (s *Store) nodeFailed(ctx context.Context, tx *txn, st *execState, c *Computation, cause error) error {
 	st.latest[c.Node] = c
 	st.changed = true
 	if err := s.claimEvent(ctx, tx, st, EventFailed); err != nil {
@@ -355,7 +355,7 @@ func (s *Store) Release(ctx context.Context, replicaID string) (int, error) {
 // mutate writes a mutate node's result into its targets. By default a target keeps its revision,
 // so nothing downstream recomputes; with UpdateRevisionOnChange, a target whose value changed gets
 // the completion's revision. The node's own value records what it wrote.
-func (s *Store) mutate(ctx context.Context, tx bun.IDB, st *execState, n graph.Node, result json.RawMessage) error {
+func (s *Store) mutate(ctx context.Context, tx *txn, st *execState, n graph.Node, result json.RawMessage) error {
 	targets := n.Targets()
 	for _, target := range targets {
 		rev := st.revision

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/uptrace/bun"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -122,7 +121,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 
 // setStartValues gives each new execution its item's values, as one change at its next revision,
 // and records them in the history: one statement for all of them.
-func (s *Store) setStartValues(ctx context.Context, tx bun.IDB, states []*execState, items []map[string]json.RawMessage) error {
+func (s *Store) setStartValues(ctx context.Context, tx *txn, states []*execState, items []map[string]json.RawMessage) error {
 	var w valueWrites
 	byID := make(map[string]*execState, len(states))
 	for i, st := range states {
@@ -180,7 +179,7 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 		then = append(then, s.writeValuesStep(w, s.clock.NowOrNil(), &written))
 	}
 	var rev int64
-	err := s.write(ctx, id, nil, then, func(ctx context.Context, tx bun.IDB, st *execState) error {
+	err := s.write(ctx, id, nil, then, func(ctx context.Context, tx *txn, st *execState) error {
 		for _, name := range append(slices.Clone(w.nodes), unset...) {
 			if err := CheckInput(st.g, name); err != nil {
 				return err

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
@@ -96,7 +95,7 @@ type historianSeen struct {
 // recordHistory adds an entry to a historian, whose gate holds, for each tracked node whose
 // revision went up, newest first, keeping at most MaxEntries. It reports whether the historian
 // changed.
-func (s *Store) recordHistory(ctx context.Context, tx bun.IDB, st *execState, n graph.Node) (bool, error) {
+func (s *Store) recordHistory(ctx context.Context, tx *txn, st *execState, n graph.Node) (bool, error) {
 	var entries []HistoryEntry
 	seen := historianSeen{Seen: map[string]int64{}}
 	if v, ok := st.values[n.Name()]; ok {
@@ -140,7 +139,7 @@ func (s *Store) recordHistory(ctx context.Context, tx bun.IDB, st *execState, n 
 
 // archiveByNode archives the execution, as an archive node whose gate holds does. The node's
 // value is the time of archiving, in Unix milliseconds.
-func (s *Store) archiveByNode(ctx context.Context, tx bun.IDB, st *execState, name string) error {
+func (s *Store) archiveByNode(ctx context.Context, tx *txn, st *execState, name string) error {
 	st.revision++
 	if _, err := s.upsertValue(ctx, tx, st, name, json.RawMessage(strconv.FormatInt(st.now.UnixMilli(), 10)), nil, st.revision); err != nil {
 		return err
@@ -155,7 +154,7 @@ const ReasonArchived = "canceled: execution archived"
 // setArchived archives or unarchives the execution. Archiving cancels its PENDING and AVAILABLE
 // attempts, so that no gating slot stays held by work that will never be claimed; its RUNNING
 // attempts finish, or are abandoned, as usual. Unarchiving revives what archiving canceled.
-func (s *Store) setArchived(ctx context.Context, tx bun.IDB, st *execState, archived bool) error {
+func (s *Store) setArchived(ctx context.Context, tx *txn, st *execState, archived bool) error {
 	var at *time.Time
 	if archived {
 		at = &st.now
@@ -173,7 +172,7 @@ func (s *Store) setArchived(ctx context.Context, tx bun.IDB, st *execState, arch
 
 // cancelArchived cancels the execution's attempts that wait to run. A row that a claim holds is
 // skipped: it is RUNNING once the claim commits.
-func (s *Store) cancelArchived(ctx context.Context, tx bun.IDB, st *execState) error {
+func (s *Store) cancelArchived(ctx context.Context, tx *txn, st *execState) error {
 	var canceled []*Computation
 	err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'CANCELED', error = ?, finished_at = ?
 		WHERE id IN (SELECT id FROM {s}.computations
@@ -196,7 +195,7 @@ func (s *Store) cancelArchived(ctx context.Context, tx bun.IDB, st *execState) e
 }
 
 // reviveArchived gives back to the queue the newest attempt of each node that archiving canceled.
-func (s *Store) reviveArchived(ctx context.Context, tx bun.IDB, st *execState) error {
+func (s *Store) reviveArchived(ctx context.Context, tx *txn, st *execState) error {
 	var ids []int64
 	for _, c := range st.latest {
 		if c.State == StateCanceled && c.Error != nil && *c.Error == ReasonArchived {

@@ -68,7 +68,7 @@ func (st *execState) failedNodes() []FailedNode {
 // writes its deliveries to the outbox, in the transaction of the change that caused it: one per
 // target that any replica lists for the event in replica_heartbeats, or that this one can make.
 // A failure keeps the nodes that had failed, for the event to report at every delivery.
-func (s *Store) claimEvent(ctx context.Context, tx bun.IDB, st *execState, event string) error {
+func (s *Store) claimEvent(ctx context.Context, tx *txn, st *execState, event string) error {
 	phase := 0
 	var failed any // NULL but for a failure
 	if event == EventFailed {
@@ -101,7 +101,7 @@ func (s *Store) claimEvent(ctx context.Context, tx bun.IDB, st *execState, event
 
 // claimCompletion claims the completed event once the graph's CompletesWhen gate holds and
 // nothing is pending or running.
-func (s *Store) claimCompletion(ctx context.Context, tx bun.IDB, st *execState) error {
+func (s *Store) claimCompletion(ctx context.Context, tx *txn, st *execState) error {
 	gate := st.g.CompletesWhen()
 	if gate == nil || !gate.Holds(st.dueView()) {
 		return nil

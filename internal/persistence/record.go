@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/graph"
@@ -180,7 +179,7 @@ type stored struct{ row *valueRow }
 // storeResults writes ahead, in one statement, the values of the successes that recordOne would
 // store as they are: the first outcome of its execution in the batch, of a node that is not a
 // mutate, whose gate holds. It returns them by outcome index. The others are left to recordOne.
-func (s *Store) storeResults(ctx context.Context, tx bun.IDB, sts map[string]*execState, outs []Outcome, won []bool) (map[int]*stored, error) {
+func (s *Store) storeResults(ctx context.Context, tx *txn, sts map[string]*execState, outs []Outcome, won []bool) (map[int]*stored, error) {
 	var w valueWrites
 	var which []int
 	first := map[string]bool{}
@@ -221,7 +220,7 @@ func (s *Store) storeResults(ctx context.Context, tx bun.IDB, sts map[string]*ex
 
 // recordOne records one fenced outcome in its execution's state. pre, if not nil, is its value,
 // which storeResults wrote ahead.
-func (s *Store) recordOne(ctx context.Context, tx bun.IDB, st *execState, o Outcome, pre *stored) error {
+func (s *Store) recordOne(ctx context.Context, tx *txn, st *execState, o Outcome, pre *stored) error {
 	c := o.C
 	st.revision++
 	st.promote = st.promote || c.gated() // its slot is free
