@@ -132,3 +132,24 @@ func TestCreateExecutionsNotifiesOnce(t *testing.T) {
 	}
 	require.Equal(t, []string{PayloadWork}, got)
 }
+
+// An id is its prefix and 20 characters of idAlphabet, and ids made in a later millisecond sort
+// after: they go to the right edge of the indexes keyed by execution id.
+func TestIDsSortByTheirTime(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 23, 18, 0, 0, 0, time.UTC)
+	var prev string
+	for i := range 200 {
+		id := newID("ONB", at.Add(time.Duration(i)*time.Millisecond))
+		require.Regexp(t, `^ONB[`+idAlphabet+`]{20}$`, id)
+		require.Greater(t, id, prev, "id %d", i)
+		prev = id
+	}
+	// In the same millisecond, the random half tells them apart.
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newID("", at)
+		require.False(t, seen[id], "a repeated id: %s", id)
+		seen[id] = true
+	}
+}
