@@ -60,9 +60,10 @@ type Config struct {
 	// Pool is a ready pgx pool to use instead of DatabaseURL. The runtime does not close it. Any
 	// QueryExecMode works; with pgx's default, QueryExecModeCacheStatement (the runtime's own
 	// pool's), the statements of the hot path are prepared once per connection. The runtime's own
-	// pool also sets plan_cache_mode=force_generic_plan, enable_seqscan=off and jit=off on its
-	// connections, unless DatabaseURL sets them: each statement is planned once per connection,
-	// and the plan reads the indexes even if it was made while the tables were young. A pool of
+	// pool also sets plan_cache_mode=force_generic_plan, enable_seqscan=off,
+	// enable_bitmapscan=off and jit=off on its connections, unless DatabaseURL sets them: each
+	// statement is planned once per connection, and the plan reads the indexes, row by row, even
+	// if it was made while the tables were young. A pool of
 	// yours keeps its own settings; set those in its ConnConfig.RuntimeParams for the same plans.
 	Pool *pgxpool.Pool
 	// Schema holds journey's tables: at most 63 bytes, without ? or NUL. Default "journey". It is

@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,6 +144,11 @@ func (n planNode) scans(seq, indexes map[string]bool) {
 	}
 }
 
+// has reports whether the plan has a node of type typ.
+func (n planNode) has(typ string) bool {
+	return n.NodeType == typ || slices.ContainsFunc(n.Plans, func(c planNode) bool { return c.has(typ) })
+}
+
 // The statements that run all the time, whatever the table holds (the claim, the heartbeat, the
 // sweep's selection of expired attempts and the promotion) find the active attempts through the
 // partial indexes of the active states, and the executions by key: they never scan the finished
@@ -172,6 +178,14 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 	b.exec(t, `ANALYZE {s}.executions, {s}."values", {s}.computations`)
 
 	s, log, explainer := b.tracedStore(t)
+	// asRun plans as the runtime's connections do.
+	asRun, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = asRun.Close(context.Background()) })
+	for name, value := range PlanSettings {
+		_, err = asRun.Exec(ctx, "SET "+name+" = "+value)
+		require.NoError(t, err)
+	}
 
 	refs := make([]ClaimRef, len(claimed))
 	for i, c := range claimed {
@@ -216,6 +230,11 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 				require.False(t, op.avoid != "" && strings.HasPrefix(index, op.avoid),
 					"%s: reads %s:\n%s\n%s", op.name, index, st.sql, raw)
 			}
+			// Rows found by key are read row by row, in the index's order: a bitmap is built
+			// for each lookup, and loses that order.
+			raw, plan = explain(ctx, t, asRun, st)
+			require.False(t, plan.has("Bitmap Heap Scan"), "%s: a bitmap scan as the runtime plans it:\n%s\n%s",
+				op.name, st.sql, raw)
 		}
 		require.True(t, used, "%s: no statement uses %s*", op.name, op.index)
 	}

@@ -27,10 +27,19 @@ import (
 // jit_above_cost. jit=off keeps PostgreSQL from compiling each of them at each call (in a profile
 // of journey bench -rate 500, LLVM and the loading of its code): no statement of the runtime is
 // long enough to gain from it.
+//
+// The hot path finds its rows by key: the executions, values and attempts of a batch, by
+// = ANY($n) of an array, or one per row of a join. A generic plan takes such an array for ten
+// rows, and reads them through a bitmap: it builds a bitmap of the index's matches, then reads
+// the table's pages, and sorts the rows again when they must be locked in key order. A plain
+// index scan reads the same pages, in the order the locks need. enable_bitmapscan=off: journey
+// bench -n 40000, four runs of each alternated, 5,897 computations/s against 5,426, and 13% less
+// time in PostgreSQL's statements per computation.
 var PlanSettings = map[string]string{
-	"plan_cache_mode": "force_generic_plan",
-	"enable_seqscan":  "off",
-	"jit":             "off",
+	"plan_cache_mode":   "force_generic_plan",
+	"enable_seqscan":    "off",
+	"enable_bitmapscan": "off",
+	"jit":               "off",
 }
 
 // OpenDB returns the database/sql pool on pool that a Store's bun.DB uses. bun writes its
