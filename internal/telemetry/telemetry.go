@@ -11,6 +11,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -73,6 +74,32 @@ type Telemetry struct {
 	batch        metric.Int64Histogram
 	states       metric.Int64ObservableGauge
 	heartbeatAge metric.Float64ObservableGauge
+	sets         sync.Map // attrKey → metric.MeasurementOption
+}
+
+// attrKey names the attributes of an attempt's measurement.
+type attrKey struct {
+	g                     *graph.Graph
+	node, outcome, reason string
+}
+
+// attempt returns the attributes of a measurement of an attempt of node (with its outcome and
+// reason, when given). Each set is made once and kept: there are few (the graphs' nodes, times the
+// outcomes), and the hot path records two or three for every attempt.
+func (t *Telemetry) attempt(g *graph.Graph, node, outcome, reason string) metric.MeasurementOption {
+	k := attrKey{g, node, outcome, reason}
+	if o, ok := t.sets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	attrs := NodeAttrs(g, node)
+	if outcome != "" {
+		attrs = append(attrs, KeyOutcome.String(outcome))
+	}
+	if reason != "" {
+		attrs = append(attrs, KeyAbandonReason.String(reason))
+	}
+	o, _ := t.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	return o.(metric.MeasurementOption)
 }
 
 // New creates the instruments on mp, and the tracer on tp.
@@ -127,22 +154,18 @@ func NodeAttrs(g *graph.Graph, node string) []attribute.KeyValue {
 // Finished counts an attempt of node that ended with outcome; reason is the category of an
 // abandonment, "" otherwise.
 func (t *Telemetry) Finished(ctx context.Context, g *graph.Graph, node, outcome, reason string) {
-	attrs := append(NodeAttrs(g, node), KeyOutcome.String(outcome))
-	if reason != "" {
-		attrs = append(attrs, KeyAbandonReason.String(reason))
-	}
-	t.finished.Add(ctx, 1, metric.WithAttributes(attrs...))
+	t.finished.Add(ctx, 1, t.attempt(g, node, outcome, reason))
 }
 
 // Ran records an attempt that ran on this replica: it counts it, and its duration.
 func (t *Telemetry) Ran(ctx context.Context, g *graph.Graph, node, outcome string, d time.Duration) {
 	t.Finished(ctx, g, node, outcome, "")
-	t.duration.Record(ctx, d.Seconds(), metric.WithAttributes(append(NodeAttrs(g, node), KeyOutcome.String(outcome))...))
+	t.duration.Record(ctx, d.Seconds(), t.attempt(g, node, outcome, ""))
 }
 
 // Claimed records the wait of an attempt of node from AVAILABLE to its claim.
 func (t *Telemetry) Claimed(ctx context.Context, g *graph.Graph, node string, wait time.Duration) {
-	t.claimWait.Record(ctx, max(wait, 0).Seconds(), metric.WithAttributes(NodeAttrs(g, node)...))
+	t.claimWait.Record(ctx, max(wait, 0).Seconds(), t.attempt(g, node, "", ""))
 }
 
 // Delivered counts an attempt to deliver event to a target of kind target (handler or webhook).
