@@ -33,12 +33,12 @@ this process. It has three modes:
   -n N                  drain: N executions are made ready (their input set) while no
                         replica works, then the replicas start, and bench times how long
                         they take to finish every computation
-  -duration D           continuous: while the replicas work, for D, producers keep the
-                        backlog topped up, as river bench does: whenever fewer than -backlog
-                        computations are left, they start executions (StartMany of 100)
-                        until there are that many, and look again 250ms later; bench reports
-                        the computations completed per second and the backlog at the start
-                        and the end of D
+  -duration D           continuous: while the replicas work, for D, one producer keeps the
+                        backlog topped up, as river bench's one inserter does: whenever fewer
+                        than -backlog computations are left, it starts executions (StartMany
+                        of 100) until there are that many, and looks again 250ms later;
+                        bench reports the computations completed per second and the backlog
+                        at the start and the end of D
   -rate R -duration D   open loop: R executions a second for D, each Start, then Set of the
                         input and Get(WaitAny) of the graph's last nodes; bench reports the
                         latency from Set to Get's return, leaving out the executions started
@@ -188,7 +188,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.StringVar(&cfg.shape, "graph", "one", "the graph: one (x → y), chain5 (x → c1 → … → c5) or fanout10 (x → f1…f10)")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "the `number` of replicas (runtimes) in this process")
 	fs.IntVar(&cfg.workers, "workers", journey.DefaultMaxWorkers, "MaxWorkers of each replica")
-	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n and -duration")
+	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n; for -duration, 1 unless set")
 	fs.IntVar(&cfg.backlog, "backlog", 10000, "continuous: the `computations` the producers keep waiting to run")
 	fs.IntVar(&cfg.finishedRows, "finished-rows", 0, "first insert this many finished executions, with their values and computations")
 	fs.StringVar(&cfg.schema, "schema", "", "the `schema` to create, work in and drop; it must not exist (default journey_bench_<random>)")
@@ -220,6 +220,9 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		cfg.mode = "rate"
 	case set["duration"]:
 		cfg.mode = "continuous"
+		if !set["producers"] {
+			cfg.producers = 1
+		}
 	default:
 		return bad("give -n N (drain), -duration D (continuous), or -rate R with -duration D (open loop)")
 	}

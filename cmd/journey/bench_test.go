@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"regexp"
@@ -153,6 +154,23 @@ func TestBenchBadFlags(t *testing.T) {
 			require.Contains(t, stderr, tc.want)
 			require.Empty(t, stdout, "nothing ran")
 		})
+	}
+}
+
+// The continuous mode has one producer, as river bench has one inserter, unless -producers says
+// otherwise; the drain's set-up has 16.
+func TestBenchProducers(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-duration", "1s"}, 1},
+		{[]string{"-duration", "1s", "-producers", "4"}, 4},
+		{[]string{"-n", "5"}, 16},
+	} {
+		cfg, _, ok := parseBenchFlags(&environment{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer)}, tc.args)
+		require.True(t, ok, tc.args)
+		require.Equal(t, tc.want, cfg.producers, tc.args)
 	}
 }
 
