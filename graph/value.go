@@ -92,19 +92,18 @@ func (v Value) isFalse() bool {
 	return bytes.Equal(bytes.TrimSpace(v.Raw), []byte("false"))
 }
 
-// number decodes the value as a JSON number.
+// number decodes the value as a JSON number. A number starts with a minus or a digit; decoded
+// into a json.Number, a JSON string of a number would pass too.
 func (v Value) number() (json.Number, bool) {
-	if !v.IsSet() {
+	raw := bytes.TrimSpace(v.Raw)
+	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
 		return "", false
 	}
-	dec := json.NewDecoder(bytes.NewReader(v.Raw))
-	dec.UseNumber()
-	var x any
-	if err := dec.Decode(&x); err != nil {
+	var n json.Number
+	if err := json.Unmarshal(raw, &n); err != nil {
 		return "", false
 	}
-	n, ok := x.(json.Number)
-	return n, ok
+	return n, true
 }
 
 // Values holds the values of an execution by node name. Only set values are expected in it,
