@@ -75,8 +75,8 @@ type Config struct {
 	// ReplicaID names this replica in claims and logs. Default: host name, pid and a random suffix.
 	ReplicaID string
 	// MaxWorkers caps the functions running at once on this replica. Default 100. An attempt
-	// whose function has returned frees its worker while its outcome is recorded (up to
-	// MaxWorkers such attempts), so that the next claims overlap the recording.
+	// whose function has returned frees its worker while its outcome is recorded (up to three
+	// times MaxWorkers such attempts), so that the next claims overlap the recording.
 	MaxWorkers int
 	// PollInterval is how often the replica looks for work and for awaited values when no
 	// notification came. Notifications (LISTEN/NOTIFY) are the main path. Default 1s.

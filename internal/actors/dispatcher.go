@@ -215,13 +215,21 @@ func (d *dispatcher) checkDrained(ctx actor.Context) {
 	}
 }
 
+// claimedPerWorker bounds the attempts a replica holds, MaxWorkers times this: at most
+// MaxWorkers run their functions, and the others have returned and wait for the completer to
+// record their outcomes, with their watchdogs still heartbeating. The deeper that queue, the
+// bigger the completer's batches while claims go on: journey bench -n 30000, three runs of each
+// alternated, 5,519 computations/s with 2, 6,286 with 4, and 6,039 with 8; -duration 15s,
+// 4,430 with 2 and 5,056 with 4.
+const claimedPerWorker = 4
+
 // runOnce claims as many computations as there are free workers and spawns an actor for each,
 // through the gate, so that what it claims is spawned before the gate closes.
 func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 	running := len(d.running)
-	// At most MaxWorkers functions run, and at most as many more attempts wait for their
-	// outcomes to be recorded.
-	free := min(d.cfg.MaxWorkers-len(d.computing), 2*d.cfg.MaxWorkers-running)
+	// At most MaxWorkers functions run, and the attempts claimed but not yet recorded stay under
+	// claimedPerWorker times MaxWorkers.
+	free := min(d.cfg.MaxWorkers-len(d.computing), claimedPerWorker*d.cfg.MaxWorkers-running)
 	if d.draining || d.paused || free <= 0 {
 		d.filled = free <= 0
 		return ClaimResult{Running: running}
