@@ -55,7 +55,11 @@ const (
 // Graphs is a sensible default.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string, e.g.
-	// "postgres://user:pass@localhost:5432/app". Required unless Pool is set.
+	// "postgres://user:pass@localhost:5432/app". Required unless Pool is set. pgxpool's
+	// pool_max_conns (default DefaultMaxConns) and pool_min_conns (default 0) size the runtime's
+	// pool. A pool that opens its connections under load serves the first seconds slowly: each
+	// new connection prepares and plans every statement on its first use. pool_min_conns equal
+	// to pool_max_conns opens them when the replica starts.
 	DatabaseURL string
 	// Pool is a ready pgx pool to use instead of DatabaseURL. The runtime does not close it. Any
 	// QueryExecMode works; with pgx's default, QueryExecModeCacheStatement (the runtime's own

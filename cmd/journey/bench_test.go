@@ -174,6 +174,19 @@ func TestBenchProducers(t *testing.T) {
 	}
 }
 
+// The open loop's replicas open all their pool's connections when they start, unless the
+// connection string says how many.
+func TestWarmPool(t *testing.T) {
+	for _, tc := range []struct{ conn, want string }{
+		{"postgres://u@h/db?sslmode=disable", "postgres://u@h/db?pool_min_conns=20&sslmode=disable"},
+		{"postgres://u@h/db?pool_max_conns=5", "postgres://u@h/db?pool_max_conns=5&pool_min_conns=5"},
+		{"postgres://u@h/db?pool_min_conns=2", "postgres://u@h/db?pool_min_conns=2"},
+		{"host=h user=u pool_max_conns=7", "host=h user=u pool_max_conns=7 pool_min_conns=7"},
+	} {
+		require.Equal(t, tc.want, warmPool(tc.conn), tc.conn)
+	}
+}
+
 func TestBenchRefusesAnExistingSchema(t *testing.T) {
 	schema := pgtest.Schema(t)
 	t.Setenv("DATABASE_URL", pgtest.URL(t))
