@@ -67,8 +67,8 @@ type Config struct {
 	// pool also sets plan_cache_mode=force_generic_plan, enable_seqscan=off,
 	// enable_bitmapscan=off and jit=off on its connections, unless DatabaseURL sets them: each
 	// statement is planned once per connection, and the plan reads the indexes, row by row, even
-	// if it was made while the tables were young. A pool of
-	// yours keeps its own settings; set those in its ConnConfig.RuntimeParams for the same plans.
+	// if it was made while the tables were young. A pool of yours keeps its own settings; set
+	// those in its ConnConfig.RuntimeParams for the same plans.
 	Pool *pgxpool.Pool
 	// Schema holds journey's tables: at most 63 bytes, without ? or NUL. Default "journey". It is
 	// created if missing.
