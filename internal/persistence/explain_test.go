@@ -178,14 +178,7 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 	b.exec(t, `ANALYZE {s}.executions, {s}."values", {s}.computations`)
 
 	s, log, explainer := b.tracedStore(t)
-	// asRun plans as the runtime's connections do.
-	asRun, err := pgx.Connect(ctx, pgtest.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = asRun.Close(context.Background()) })
-	for name, value := range PlanSettings {
-		_, err = asRun.Exec(ctx, "SET "+name+" = "+value)
-		require.NoError(t, err)
-	}
+	asRun := planner(t, PlanSettings) // plans as the runtime's connections do
 
 	refs := make([]ClaimRef, len(claimed))
 	for i, c := range claimed {
@@ -258,12 +251,22 @@ func (b *bundle) tracedStore(t *testing.T) (*Store, *statementLog, *pgx.Conn) {
 	db := bun.NewDB(OpenDB(pool), pgdialect.New()).WithQueryHook(log)
 	s, err := New(Config{DB: db, Schema: b.schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: testLogger()})
 	require.NoError(t, err)
-	explainer, err := pgx.Connect(ctx, pgtest.URL(t))
+	return s, log, planner(t, map[string]string{"plan_cache_mode": "force_generic_plan"})
+}
+
+// planner returns a connection, closed when the test ends, with settings set: one to explain
+// statements as a connection with those settings plans them.
+func planner(t *testing.T, settings map[string]string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = explainer.Close(context.Background()) })
-	_, err = explainer.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	return s, log, explainer
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for name, value := range settings {
+		_, err = conn.Exec(ctx, "SET "+name+" = "+value)
+		require.NoError(t, err)
+	}
+	return conn
 }
 
 // In a queue, the statistics go stale within seconds. Taken while every attempt was AVAILABLE,
