@@ -581,14 +581,18 @@ func (s *Store) announce(t *txn, work bool, changed []string) {
 	if work {
 		payloads = append(payloads, PayloadWork)
 	}
+	var p strings.Builder
 	for len(changed) > 0 {
-		p := PayloadExecution + changed[0]
+		p.Reset()
+		p.WriteString(PayloadExecution)
+		p.WriteString(changed[0])
 		changed = changed[1:]
-		for len(changed) > 0 && len(p)+1+len(changed[0]) <= maxPayload {
-			p += "," + changed[0]
+		for len(changed) > 0 && p.Len()+1+len(changed[0]) <= maxPayload {
+			p.WriteByte(',')
+			p.WriteString(changed[0])
 			changed = changed[1:]
 		}
-		payloads = append(payloads, p)
+		payloads = append(payloads, p.String())
 	}
 	if len(payloads) > 0 {
 		t.atCommit("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", s.channel, payloads)

@@ -3,6 +3,8 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +154,33 @@ func TestIDsSortByTheirTime(t *testing.T) {
 		require.False(t, seen[id], "a repeated id: %s", id)
 		seen[id] = true
 	}
+}
+
+// The changes of a write go out in as few NOTIFYs as fit under PostgreSQL's payload limit, each
+// naming its changes in order.
+func TestAnnounceFillsEachPayload(t *testing.T) {
+	t.Parallel()
+	s := &Store{channel: "journey:test"}
+	var changed []string
+	for i := range 1000 {
+		changed = append(changed, fmt.Sprintf("exec_%020d@%d", i, i))
+	}
+	tx := &txn{}
+	s.announce(tx, true, changed)
+	require.Len(t, tx.tail, 1, "one statement")
+	payloads := tx.tail[0].args[1].([]string)
+	require.Equal(t, PayloadWork, payloads[0])
+	var named []string
+	for i, p := range payloads[1:] {
+		require.LessOrEqual(t, len(p), maxPayload)
+		require.True(t, strings.HasPrefix(p, PayloadExecution), "payload %d has no prefix", i)
+		changes := strings.Split(strings.TrimPrefix(p, PayloadExecution), ",")
+		if i > 0 {
+			prev := payloads[i]
+			require.Greater(t, len(prev)+1+len(changes[0]), maxPayload, "payload %d had room for the next change", i-1)
+		}
+		named = append(named, changes...)
+	}
+	require.Greater(t, len(payloads), 2, "the changes need several payloads")
+	require.Equal(t, changed, named)
 }
