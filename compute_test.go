@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,4 +247,61 @@ func TestOnSaveFiresOncePerOutcome(t *testing.T) {
 	require.ErrorContains(t, got["hung"][0].Err, "timed out")
 	require.NoError(t, rt.Stop(ctx)) // waits for the callbacks: no third event may follow
 	require.Empty(t, events)
+}
+
+// records is a slog handler that hands each record, with its attributes, to a channel.
+type records chan slog.Record
+
+func (r records) Enabled(context.Context, slog.Level) bool { return true }
+func (r records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r records) WithGroup(string) slog.Handler            { return r }
+func (r records) Handle(_ context.Context, rec slog.Record) error {
+	select {
+	case r <- rec.Clone():
+	default: // the test reads what it needs; the rest is dropped
+	}
+	return nil
+}
+
+// An attempt's log records carry the attempt's attributes, and the line that logged them.
+func TestAttemptLogsSayWhichAttempt(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("logged", "v1", []graph.Node{
+		graph.Input("go"),
+		graph.Compute("fails", graph.Needs("go"), func(ctx context.Context, in graph.Values) (any, error) {
+			return nil, graph.Permanent(errors.New("bad input"))
+		}),
+	})
+	got := make(records, 1000)
+	cfg := testConfig(t, g)
+	cfg.Logger = slog.New(got)
+	rt := newRuntime(t, cfg)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "go", true)
+	require.NoError(t, err)
+	for {
+		var rec slog.Record
+		select {
+		case rec = <-got:
+		case <-ctx.Done():
+			t.Fatal("no record of the failed attempt")
+		}
+		if rec.Message != "attempt failed" {
+			continue
+		}
+		attrs := map[string]string{}
+		rec.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+		require.Equal(t, "computation", attrs["service"])
+		require.Equal(t, ex.ID, attrs["execution_id"])
+		require.Equal(t, "fails", attrs["node"])
+		require.Equal(t, "1", attrs["attempt"])
+		require.NotEmpty(t, attrs["computation_id"])
+		require.Contains(t, attrs["error"], "bad input")
+		frame, _ := runtime.CallersFrames([]uintptr{rec.PC}).Next()
+		require.True(t, strings.HasSuffix(frame.File, "internal/actors/computation.go"), frame.File)
+		require.NotEqual(t, "github.com/journey-go/journey/internal/actors.(*computation).log", frame.Function)
+		return
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +78,6 @@ type computation struct {
 	c        *persistence.Computation
 	g        *graph.Graph
 	node     graph.Node
-	logger   *slog.Logger
 	cancel   context.CancelFunc
 	watchdog *actor.PID
 	lost     atomic.Bool // set once the claim is lost: the goroutine then writes nothing
@@ -91,8 +91,6 @@ func computationProps(env *computationEnv, c *persistence.Computation, g *graph.
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &computation{
 			env: env, c: c, g: g, node: n,
-			logger: env.logger.With("service", "computation", "execution_id", c.ExecutionID,
-				"node", c.Node, "computation_id", c.ID, "attempt", c.Attempt),
 		}
 	}, actor.WithSupervisor(stopStrategy))
 }
@@ -139,8 +137,24 @@ func (a *computation) Receive(ctx actor.Context) {
 		a.cancel()
 	case *actor.Stopped:
 		a.cancel()
-		a.logger.Debug("computation actor stopped", "reason", a.reason)
+		a.log(slog.LevelDebug, "computation actor stopped", "reason", a.reason)
 	}
+}
+
+// log logs msg with args and the attempt's attributes, if the level is enabled: the attributes
+// are put together only then, as most attempts log nothing.
+func (a *computation) log(level slog.Level, msg string, args ...any) {
+	ctx, h := context.Background(), a.env.logger.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	var pc [1]uintptr
+	runtime.Callers(2, pc[:]) // the caller's line, for AddSource
+	r := slog.NewRecord(time.Now(), level, msg, pc[0])
+	r.Add("service", "computation", "execution_id", a.c.ExecutionID, "node", a.c.Node,
+		"computation_id", a.c.ID, "attempt", a.c.Attempt)
+	r.Add(args...)
+	_ = h.Handle(ctx, r)
 }
 
 func (a *computation) lose(reason string) {
@@ -149,7 +163,7 @@ func (a *computation) lose(reason string) {
 	}
 	a.lost.Store(true)
 	a.cancel()
-	a.logger.Warn("computation canceled", "reason", reason)
+	a.log(slog.LevelWarn, "computation canceled", "reason", reason)
 }
 
 // run executes the function and records its outcome through the fenced store methods, in the
@@ -246,17 +260,17 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 		switch {
 		case err == nil:
 			if cause != nil {
-				a.logger.Info("attempt failed", "error", cause)
+				a.log(slog.LevelInfo, "attempt failed", "error", cause)
 			}
 			return reason, outcome, cause
 		case errors.Is(err, persistence.ErrClaimLost):
-			a.logger.Info("result dropped: the claim was lost", "outcome", reason)
+			a.log(slog.LevelInfo, "result dropped: the claim was lost", "outcome", reason)
 			return OutcomeDropped, telemetry.OutcomeClaimLost, err
 		}
-		a.logger.Warn("recording the outcome failed; retrying", "error", err, "outcome", reason, "retry_in", wait)
+		a.log(slog.LevelWarn, "recording the outcome failed; retrying", "error", err, "outcome", reason, "retry_in", wait)
 		select {
 		case <-wctx.Done():
-			a.logger.Error("recording the outcome failed for good; the sweeper will retry the attempt", "error", err)
+			a.log(slog.LevelError, "recording the outcome failed for good; the sweeper will retry the attempt", "error", err)
 			return "recording failed: " + err.Error(), "", err
 		case <-time.After(wait):
 		}
