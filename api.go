@@ -326,9 +326,11 @@ const maxPollBackoff = 16
 
 // Get reads a node's value. With no option it answers at once (ErrNotSet when unset). With
 // WaitAny or WaitNewerThan it waits until the value is there, the node fails
-// (ErrComputationFailed), or ctx ends. Waiting is woken by the database's notifications. The
-// fallback, for a notification lost, is a look every Config.PollInterval at first, then less
-// often, up to every 16 PollIntervals: thousands of waiters must not keep the pool busy.
+// (ErrComputationFailed), or ctx ends. Waiting is woken by the database's notifications, or, when
+// a write of this replica sets the value, by that write once it has committed, which hands the
+// value over without another read. The fallback, for a notification lost, is a look every
+// Config.PollInterval at first, then less often, up to every 16 PollIntervals: thousands of
+// waiters must not keep the pool busy.
 func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (graph.Value, error) {
 	if err := r.check(); err != nil {
 		return graph.Value{}, err
@@ -348,7 +350,7 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 		var w *waiter
 		var remove func()
 		if o.wait {
-			w, remove = r.waiters.add(id)
+			w, remove = r.waiters.add(id, node, o.newer)
 		}
 		v, seen, err := r.getOnce(ctx, id, node, o.newer)
 		if !o.wait || !errors.Is(err, ErrNotSet) {
@@ -366,6 +368,10 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 			remove()
 			return graph.Value{}, fmt.Errorf("waiting for %q in %s: %w", node, id, ctx.Err())
 		case <-w.ch:
+			if v := w.handed.Load(); v != nil {
+				remove()
+				return *v, nil
+			}
 		case <-poll.C:
 			every = min(2*every, maxPollBackoff*r.cfg.PollInterval)
 			poll.Reset(every)

@@ -305,3 +305,38 @@ func TestAttemptLogsSayWhichAttempt(t *testing.T) {
 		return
 	}
 }
+
+// A waiting Get, woken by the replica's own write, returns what a read returns afterwards.
+func TestWaitingGetReturnsWhatAReadReturns(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("handed", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return map[string]any{"x": in["x"].Raw}, nil
+		}),
+	})
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	for i := range 10 {
+		ex, err := rt.Start(ctx, g)
+		require.NoError(t, err)
+		_, err = rt.Set(ctx, ex.ID, "x", i, journey.WithMetadata(map[string]int{"i": i}))
+		require.NoError(t, err)
+		waited, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+		require.NoError(t, err)
+		read, err := rt.Get(ctx, ex.ID, "y")
+		require.NoError(t, err)
+		require.Equal(t, read, waited)
+		require.JSONEq(t, fmt.Sprintf(`{"x": %d}`, i), string(waited.Raw))
+
+		// And a newer value, after the input changes.
+		_, err = rt.Set(ctx, ex.ID, "x", i+100)
+		require.NoError(t, err)
+		waited, err = rt.Get(ctx, ex.ID, "y", journey.WaitNewerThan(read.Revision))
+		require.NoError(t, err)
+		read, err = rt.Get(ctx, ex.ID, "y")
+		require.NoError(t, err)
+		require.Equal(t, read, waited)
+		require.JSONEq(t, fmt.Sprintf(`{"x": %d}`, i+100), string(waited.Raw))
+	}
+}

@@ -143,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	store, err := persistence.New(persistence.Config{
 		DB: db, HeartbeatDB: hbdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
-		OnSave: r.fireSave, Routes: cfg.routes(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
+		OnSave: r.fireSave, Handoff: r.waiters, Routes: cfg.routes(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
 		Tracer: tel.Tracer,
 	})
 	if err != nil {

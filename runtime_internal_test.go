@@ -48,7 +48,7 @@ func TestPoolSizeFromTheURL(t *testing.T) {
 func TestWaiterWokenOnlyByChangesItHasNotSeen(t *testing.T) {
 	t.Parallel()
 	w := newWaiters()
-	wt, remove := w.add("e1")
+	wt, remove := w.add("e1", "x", 0)
 	defer remove()
 	w.wake("e1", 3)
 	require.True(t, woken(wt), "before its first look, any change wakes it")
@@ -78,7 +78,7 @@ func woken(wt *waiter) bool {
 func TestWaiterSettlesWhatItsLookRead(t *testing.T) {
 	t.Parallel()
 	w := newWaiters()
-	wt, remove := w.add("e1")
+	wt, remove := w.add("e1", "x", 0)
 	defer remove()
 	w.wake("e1", 5) // heard during the first look, which read revision 5
 	wt.settle(5)
@@ -89,4 +89,90 @@ func TestWaiterSettlesWhatItsLookRead(t *testing.T) {
 	w.wake("e1", -1)
 	wt.settle(7)
 	require.True(t, woken(wt), "a change of unknown revision may be newer than any look")
+}
+
+// A write of this replica hands a waiter its node's value when the change is newer than the
+// waiter's look and the newest it has heard of, and the value newer than it asks; else the Get
+// reads.
+func TestWaiterHandedTheCommittedValue(t *testing.T) {
+	t.Parallel()
+	at := time.Now()
+	values := func(rev int64) graph.Values {
+		return graph.Values{"y": {Raw: []byte(`"v"`), Revision: rev, SetAt: at}, "x": {Raw: []byte(`1`), Revision: 1}}
+	}
+	handed := func(wt *waiter) *graph.Value {
+		require.True(t, woken(wt), "a change the waiter had not seen wakes it")
+		return wt.handed.Load()
+	}
+	w := newWaiters()
+
+	wt, remove := w.add("e1", "y", 0)
+	w.Committed("e1", 3, values(3)) // committed while the look ran, which read it
+	wt.settle(3)
+	require.False(t, woken(wt), "the look read revision 3")
+	require.Nil(t, wt.handed.Load())
+	remove()
+
+	wt, remove = w.add("e1", "y", 0)
+	w.Committed("e1", 4, values(4)) // committed while the look ran, after its snapshot
+	wt.settle(3)
+	require.Equal(t, values(4)["y"], *handed(wt))
+	remove()
+
+	wt, remove = w.add("e1", "y", 0)
+	wt.settle(3)
+	w.Committed("e1", 3, values(3))
+	require.False(t, woken(wt), "the look read revision 3")
+	w.Committed("e1", 4, values(4))
+	require.Equal(t, values(4)["y"], *handed(wt))
+	w.wake("e1", 4) // the same change, heard from PostgreSQL
+	require.Equal(t, values(4)["y"], *handed(wt), "the NOTIFY of the handed change keeps the value")
+	w.wake("e1", 5)
+	require.Nil(t, handed(wt), "a newer change the replica did not make: read it")
+	w.Committed("e1", 4, values(4))
+	require.Nil(t, handed(wt), "an older change does not hand its value over a newer one")
+	w.Committed("e1", 5, values(5))
+	require.Equal(t, values(5)["y"], *handed(wt), "the writer's hand of the change heard from PostgreSQL")
+	w.Committed("e1", 6, graph.Values{"x": {Raw: []byte(`2`), Revision: 6}})
+	require.Nil(t, handed(wt), "y has no value at revision 6")
+	remove()
+
+	wt, remove = w.add("e1", "y", 7) // WaitNewerThan(7)
+	defer remove()
+	wt.settle(8)
+	w.Committed("e1", 9, values(7))
+	require.Nil(t, handed(wt), "y's value is not newer than 7")
+	w.Committed("e1", 10, values(10))
+	require.Equal(t, int64(10), handed(wt).Revision)
+}
+
+// The NOTIFY of a change that a write of this replica is committing wakes no one: the writer
+// hands the value over once it has committed, or, if the commit failed, the NOTIFY was never sent.
+func TestWaiterWokenByTheWriterOfItsChange(t *testing.T) {
+	t.Parallel()
+	w := newWaiters()
+	wt, remove := w.add("e1", "y", 0)
+	defer remove()
+	wt.settle(3)
+	w.Committing("e1", 4)
+	w.wake("e1", 4)
+	require.False(t, woken(wt), "the writer of revision 4 wakes it")
+	v := graph.Value{Raw: []byte(`"v"`), Revision: 4}
+	w.Committed("e1", 4, graph.Values{"y": v})
+	require.Equal(t, v, *wt.handed.Load())
+	require.True(t, woken(wt))
+
+	w.Committing("e1", 5)
+	w.Aborted("e1", 5)
+	w.wake("e1", 5)
+	require.True(t, woken(wt), "nothing is committing revision 5")
+	require.Nil(t, wt.handed.Load())
+
+	w.Committing("e2", 1) // no one waits on e2: nothing to wait for
+	wt2, remove2 := w.add("e2", "y", 0)
+	defer remove2()
+	wt2.settle(0)
+	w.wake("e2", 1)
+	require.True(t, woken(wt2))
+	require.Empty(t, w.committing)
 }

@@ -519,6 +519,9 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 		switch {
 		case st.changed && st.revision != st.exec.Revision:
 			changed = append(changed, st.exec.ID+"@"+strconv.FormatInt(st.revision, 10))
+			if s.handoff != nil {
+				t.handing = append(t.handing, st)
+			}
 		case st.changed:
 			changed = append(changed, st.exec.ID)
 		}

@@ -26,6 +26,8 @@ type txn struct {
 	pg    *pgx.Conn
 	begun bool   // BEGIN has been sent
 	tail  []step // statements sent with the COMMIT
+	// handing are the executions whose new values go to the store's Handoff, at the COMMIT.
+	handing []*execState
 }
 
 // step is one statement of a batch, and what reads its result; nil read discards it.
@@ -35,8 +37,9 @@ type step struct {
 	read func(br pgx.BatchResults) error
 }
 
-// inTxn runs fn in a txn on a connection of the pool, and commits it. If fn fails, or the commit
-// does, the transaction is rolled back.
+// inTxn runs fn in a txn on a connection of the pool, and commits it, telling the store's Handoff
+// about the executions fn left in t.handing. If fn fails, or the commit does, the transaction is
+// rolled back.
 func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -51,7 +54,18 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 		t.rollback(ctx)
 		return err
 	}
-	if err := t.send(ctx, append(t.tail, step{sql: "COMMIT"})...); err != nil {
+	for _, st := range t.handing {
+		s.handoff.Committing(st.exec.ID, st.revision)
+	}
+	err = t.send(ctx, append(t.tail, step{sql: "COMMIT"})...)
+	for _, st := range t.handing {
+		if err == nil {
+			s.handoff.Committed(st.exec.ID, st.revision, st.values)
+		} else {
+			s.handoff.Aborted(st.exec.ID, st.revision)
+		}
+	}
+	if err != nil {
 		t.rollback(ctx)
 		return fmt.Errorf("committing: %w", err)
 	}

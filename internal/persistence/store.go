@@ -91,6 +91,9 @@ type Config struct {
 	// OnSave is called after a commit for each saved value and each final failure. It must not
 	// block; the runtime hands the event to a goroutine of its own.
 	OnSave func(g *graph.Graph, e graph.SaveEvent)
+	// Handoff is told of each write that changes an execution's values, around its COMMIT.
+	// Default: none.
+	Handoff Handoff
 	// Hooks are test-only knobs.
 	Hooks Hooks
 	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) waits for
@@ -101,6 +104,17 @@ type Config struct {
 	// Routes are the deliveries this replica can make. Its heartbeat row lists them, and a claim
 	// queues a delivery for every route of its event that any replica lists.
 	Routes []Route
+}
+
+// Handoff is told of each write that changes the values of an execution, with the execution's
+// revision after it: Committing before the COMMIT is sent, then Committed with the values as
+// committed once it has succeeded, or Aborted if it failed. A write's NOTIFY of the change comes
+// after its COMMIT, and may come before Committed. The calls must not block, and Committed must
+// neither change values nor keep them.
+type Handoff interface {
+	Committing(id string, rev int64)
+	Committed(id string, rev int64, values graph.Values)
+	Aborted(id string, rev int64)
 }
 
 // Hooks are test-only knobs of a Store. The zero value changes nothing.
@@ -123,6 +137,7 @@ type Store struct {
 	clock       clock.Clock
 	logger      *slog.Logger
 	onSave      func(g *graph.Graph, e graph.SaveEvent)
+	handoff     Handoff
 	routes      []string // Route.String of each Config.Routes
 	sweepLease  string
 	promoteKey  string
@@ -151,6 +166,7 @@ func New(cfg Config) (*Store, error) {
 		clock:       cfg.Clock,
 		logger:      cfg.Logger,
 		onSave:      cfg.OnSave,
+		handoff:     cfg.Handoff,
 		promoteKey:  "journey-promote:" + schema,
 		lockTimeout: cmp.Or(cfg.LockTimeout, 3*time.Second),
 		hooks:       cfg.Hooks,
