@@ -65,10 +65,11 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 			bumped AS (UPDATE {s}.executions e SET revision = e.revision + n.claims
 				FROM (SELECT execution_id, count(*) AS claims FROM claimed GROUP BY execution_id) n
 				WHERE e.id = n.execution_id)
-			SELECT claimed.*, (SELECT jsonb_object_agg(v.node, jsonb_build_object(
-					'value', v.value, 'metadata', v.metadata, 'revision', v.revision, 'set_at', v.set_at))
-				FROM {s}."values" v WHERE v.execution_id = claimed.execution_id) AS claimed_values
-			FROM claimed ORDER BY claimed.id`),
+			SELECT claimed.*, vs.* FROM claimed CROSS JOIN LATERAL (SELECT array_agg(v.node) AS claimed_nodes,
+					array_agg(v.value) AS claimed_raws, array_agg(v.metadata) AS claimed_metas,
+					array_agg(v.revision) AS claimed_revisions, array_agg(v.set_at) AS claimed_set_ats
+				FROM {s}."values" v WHERE v.execution_id = claimed.execution_id) vs
+			ORDER BY claimed.id`),
 			s.clock.NowOrNil(), replicaID, s.keys, limit)
 		if err != nil {
 			return err
@@ -85,24 +86,18 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 // ClaimedValues returns the values of the execution of a computation returned by Claim, as they
 // were when it was claimed.
 func (c *Computation) ClaimedValues() (graph.Values, error) {
-	var rows map[string]struct {
-		Value    json.RawMessage `json:"value"`
-		Metadata json.RawMessage `json:"metadata"`
-		Revision int64           `json:"revision"`
-		SetAt    time.Time       `json:"set_at"`
+	n := len(c.ClaimedNodes)
+	if len(c.ClaimedRaws) != n || len(c.ClaimedMetas) != n || len(c.ClaimedRevisions) != n || len(c.ClaimedSetAts) != n {
+		return nil, fmt.Errorf("the values claimed with computation %d are %d nodes, %d values, %d metadata, %d revisions and %d times",
+			c.ID, n, len(c.ClaimedRaws), len(c.ClaimedMetas), len(c.ClaimedRevisions), len(c.ClaimedSetAts))
 	}
-	if len(c.Values) > 0 {
-		if err := json.Unmarshal(c.Values, &rows); err != nil {
-			return nil, fmt.Errorf("reading the values claimed with computation %d: %w", c.ID, err)
-		}
-	}
-	vals := make(graph.Values, len(rows))
-	for node, r := range rows {
-		meta := r.Metadata
+	vals := make(graph.Values, n)
+	for i, node := range c.ClaimedNodes {
+		meta := json.RawMessage(c.ClaimedMetas[i])
 		if string(meta) == "null" {
 			meta = nil
 		}
-		vals[node] = graph.Value{Raw: r.Value, Revision: r.Revision, SetAt: r.SetAt, Metadata: meta}
+		vals[node] = graph.Value{Raw: c.ClaimedRaws[i], Revision: c.ClaimedRevisions[i], SetAt: c.ClaimedSetAts[i], Metadata: meta}
 	}
 	return vals, nil
 }

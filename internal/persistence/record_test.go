@@ -98,6 +98,10 @@ func TestRecordTwoOutcomesOfOneExecution(t *testing.T) {
 	b := setup(t, g)
 	ctx := context.Background()
 	id := b.start(t, g, map[string]any{"x": 1})
+	_, err := b.store.SetValues(ctx, id, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, json.RawMessage(`{"by": "test"}`), nil)
+	require.NoError(t, err)
+	stored, err := b.store.Values(ctx, id)
+	require.NoError(t, err)
 	claimed, err := b.store.Claim(ctx, "r1", 2)
 	require.NoError(t, err)
 	require.Len(t, claimed, 2)
@@ -106,7 +110,8 @@ func TestRecordTwoOutcomesOfOneExecution(t *testing.T) {
 	for _, c := range claimed {
 		vals, err := c.ClaimedValues()
 		require.NoError(t, err)
-		require.Equal(t, int64(1), vals.Int("x"), "the claim returns the values its function reads")
+		require.Equal(t, stored, vals, "the claim returns the values its function reads")
+		require.JSONEq(t, `{"by": "test"}`, string(vals["x"].Metadata))
 	}
 
 	lost, err := b.store.Record(ctx, []Outcome{

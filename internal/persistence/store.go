@@ -302,9 +302,19 @@ type Computation struct {
 	// Traceparent is the W3C traceparent of the span of the write that created the attempt, if
 	// that write was traced: the attempt's span links to it.
 	Traceparent *string `bun:"traceparent"`
-	// Values are the values of the execution when Claim returned the computation, as JSON: read
-	// them with ClaimedValues. Other reads leave them empty.
-	Values json.RawMessage `bun:"claimed_values,scanonly" db:"claimed_values"`
+	// The values of the execution when Claim returned the computation: read them with
+	// ClaimedValues. Other reads leave them empty.
+	claimedValues `bun:"-"`
+}
+
+// claimedValues are the values of an execution as Claim returns them, in columns: each one's
+// node, its value, and so on.
+type claimedValues struct {
+	ClaimedNodes     []string          `db:"claimed_nodes"`
+	ClaimedRaws      []json.RawMessage `db:"claimed_raws"`
+	ClaimedMetas     [][]byte          `db:"claimed_metas"`
+	ClaimedRevisions []int64           `db:"claimed_revisions"`
+	ClaimedSetAts    []time.Time       `db:"claimed_set_ats"`
 }
 
 // gated reports whether the attempt waits for a concurrency key or a parallel limit.
