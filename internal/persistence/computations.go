@@ -74,7 +74,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		if err != nil {
 			return err
 		}
-		claimed, err = pgx.CollectRows(rows, pgx.RowToAddrOfStructByNameLax[Computation])
+		claimed, err = scanAll[Computation](rows)
 		return err
 	})
 	if err != nil {
