@@ -92,18 +92,51 @@ func (v Value) isFalse() bool {
 	return bytes.Equal(bytes.TrimSpace(v.Raw), []byte("false"))
 }
 
-// number decodes the value as a JSON number. A number starts with a minus or a digit; decoded
-// into a json.Number, a JSON string of a number would pass too.
+// number returns the value as a JSON number, if it is one: not a JSON string of a number, which
+// json.Unmarshal into a json.Number would take too. It checks the JSON grammar itself, without
+// json.Unmarshal, which took 3% of the CPU in journey bench's drain.
 func (v Value) number() (json.Number, bool) {
 	raw := bytes.TrimSpace(v.Raw)
-	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+	digits := func(i int) int { // the index after the digits from i
+		for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	i := 0
+	if i < len(raw) && raw[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(raw) && raw[i] == '0':
+		i++
+	case i < len(raw) && raw[i] >= '1' && raw[i] <= '9':
+		i = digits(i)
+	default:
 		return "", false
 	}
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err != nil {
+	if i < len(raw) && raw[i] == '.' {
+		if j := digits(i + 1); j > i+1 {
+			i = j
+		} else {
+			return "", false
+		}
+	}
+	if i < len(raw) && (raw[i] == 'e' || raw[i] == 'E') {
+		i++
+		if i < len(raw) && (raw[i] == '+' || raw[i] == '-') {
+			i++
+		}
+		if j := digits(i); j > i {
+			i = j
+		} else {
+			return "", false
+		}
+	}
+	if i != len(raw) {
 		return "", false
 	}
-	return n, true
+	return json.Number(raw), true
 }
 
 // Values holds the values of an execution by node name. Only set values are expected in it,

@@ -33,6 +33,21 @@ func TestValueAccessors(t *testing.T) {
 		{name: "null", raw: `null`, set: true, str: "null"},
 		{name: "object", raw: `{"a":1}`, set: true, str: `{"a":1}`},
 		{name: "array", raw: `[1,2]`, set: true, str: `[1,2]`},
+		{name: "minus zero", raw: `-0`, set: true, str: "-0"},
+		{name: "signed exponent", raw: `1.5E+3`, set: true, str: "1.5E+3", int: 1500, float: 1500},
+		{name: "negative exponent", raw: `25e-1`, set: true, str: "25e-1", int: 2, float: 2.5},
+	}
+	// Not JSON numbers: none is a number to Int and Float.
+	for _, raw := range []string{`01`, `1.`, `-x`, `1e`, `1e+`, `+1`, `.5`, `1 2`, `--1`, `1.5.2`, `0x10`, `NaN`, `1,`} {
+		tests = append(tests, struct {
+			name  string
+			raw   string
+			set   bool
+			str   string
+			int   int64
+			float float64
+			bool  bool
+		}{name: "not a number " + raw, raw: raw, set: true, str: raw})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
