@@ -137,7 +137,7 @@ func TestWaiterHandedTheCommittedValue(t *testing.T) {
 	require.Nil(t, handed(wt), "y has no value at revision 6")
 	remove()
 
-	wt, remove = w.add("e1", "y", 7) // WaitNewerThan(7)
+	wt, remove = w.add("e1", "y", 7) // a Get with WaitNewerThan of 7
 	defer remove()
 	wt.settle(8)
 	w.Committed("e1", 9, values(7))
