@@ -94,6 +94,43 @@ func TestCreateExecutionsIsCreateThenSetValues(t *testing.T) {
 	}
 }
 
+// A start with no values, of a graph where no gate holds on no values, takes one round trip:
+// advancing it does nothing, so the BEGIN, the INSERT and the COMMIT go in one batch. A graph
+// with a gate that holds on no values still gets its attempt at the start, in a second batch.
+func TestIdleStartIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	eager := graph.MustNew("eager", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Not(graph.Provided("x")), func(ctx context.Context, in graph.Values) (any, error) {
+			return 1, nil
+		}),
+	})
+	for _, c := range []struct {
+		g            *graph.Graph
+		batches      int
+		computations int
+	}{{testGraph("store"), 1, 0}, {eager, 2, 1}} {
+		b := setup(t, c.g)
+		s, log, _ := b.tracedStore(t)
+		execs, err := s.CreateExecutions(ctx, c.g, []map[string]json.RawMessage{nil, {}})
+		require.NoError(t, err)
+		batches := map[int]bool{}
+		for _, st := range log.sent {
+			require.NotZero(t, st.batch, "%s: sent alone: %s", c.g.Name(), st.sql)
+			batches[st.batch] = true
+		}
+		require.Len(t, batches, c.batches, c.g.Name())
+		require.Len(t, execs, 2)
+		for _, e := range execs {
+			stored, err := s.LoadExecution(ctx, e.ID)
+			require.NoError(t, err)
+			require.Equal(t, stored, e, "%s: what the start returned", c.g.Name())
+			require.Len(t, b.startState(t, e.ID).Computations, c.computations, c.g.Name())
+		}
+	}
+}
+
 // A bulk start sends one NOTIFY for the work it makes available, and none per execution: no one
 // can be waiting on an execution that did not exist before the commit.
 func TestCreateExecutionsNotifiesOnce(t *testing.T) {

@@ -23,34 +23,36 @@ import (
 // statementLog records the statements that a store sends: those of bun, as they were sent (their
 // arguments in their text), and those of pgx, with their arguments apart.
 type statementLog struct {
-	mu    sync.Mutex
-	sent  []statement
-	since int
+	mu      sync.Mutex
+	sent    []statement
+	since   int
+	batches int
 }
 
 type statement struct {
-	sql  string
-	args []any // nil for bun's
+	sql   string
+	args  []any // nil for bun's
+	batch int   // the number of its pgx batch, from 1; 0 for a statement sent alone
 }
 
-func (l *statementLog) add(sql string, args []any) {
+func (l *statementLog) add(sql string, args []any, batch int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.sent = append(l.sent, statement{sql, args})
+	l.sent = append(l.sent, statement{sql, args, batch})
 }
 
 func (l *statementLog) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context {
 	return ctx
 }
 
-func (l *statementLog) AfterQuery(_ context.Context, e *bun.QueryEvent) { l.add(e.Query, nil) }
+func (l *statementLog) AfterQuery(_ context.Context, e *bun.QueryEvent) { l.add(e.Query, nil, 0) }
 
 // TraceQueryStart, TraceQueryEnd, TraceBatchStart, TraceBatchQuery and TraceBatchEnd make it a
 // pgx.BatchTracer. A statement bun sends reaches pgx too: it is recorded once, by bun's hook.
 func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	// database/sql's statements (bun's) come with options first: a result format, a mode.
 	if len(d.Args) == 0 || !isOption(d.Args[0]) {
-		l.add(d.SQL, d.Args)
+		l.add(d.SQL, d.Args, 0)
 	}
 	return ctx
 }
@@ -66,11 +68,17 @@ func isOption(arg any) bool {
 func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.batches++
 	return ctx
 }
 
 func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	l.add(d.SQL, d.Args)
+	l.mu.Lock()
+	batch := l.batches
+	l.mu.Unlock()
+	l.add(d.SQL, d.Args, batch)
 }
 
 func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
