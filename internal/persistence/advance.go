@@ -470,8 +470,9 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 }
 
 // finish writes the executions' revisions back, claims their events, promotes what their writes
-// made due, and queues the notifications, each for all of sts at once. The revisions and the
-// notifications go with the COMMIT. The caller commits and then calls committed.
+// made due, and queues the notifications, each for all of sts at once. The attempts created, the
+// revisions and the notifications go with the COMMIT, in one statement. The caller commits and
+// then calls committed.
 func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	var ids, wakes []string
 	var revs []int64
@@ -492,15 +493,6 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 			w = wake.Format(time.RFC3339Nano)
 		}
 		ids, revs, wakes, setWake = append(ids, st.exec.ID), append(revs, st.revision), append(wakes, w), append(setWake, moved)
-	}
-	s.insertCreated(t, sts)
-	if len(ids) > 0 {
-		t.atCommit(s.q(`UPDATE {s}.executions e
-			SET revision = r.revision,
-				updated_at = CASE WHEN r.revision <> e.revision THEN coalesce($1::timestamptz, now()) ELSE e.updated_at END,
-				wake_at = CASE WHEN r.set_wake THEN nullif(r.wake_at, '')::timestamptz ELSE e.wake_at END
-			FROM unnest($2::text[], $3::bigint[], $4::text[], $5::boolean[]) AS r(id, revision, wake_at, set_wake)
-			WHERE e.id = r.id`), s.clock.NowOrNil(), ids, revs, wakes, setWake)
 	}
 	work := false
 	if promote {
@@ -526,19 +518,49 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 			changed = append(changed, st.exec.ID)
 		}
 	}
-	s.announce(t, work, changed)
+	created, n := createdColumns(sts)
+	payloads := s.payloads(work, changed)
+	if n == 0 && len(ids) == 0 && len(payloads) == 0 {
+		return nil
+	}
+	t.atCommit(s.q(finishQuery), append(created,
+		s.clock.NowOrNil(), ids, revs, wakes, setWake, s.channel, payloads)...)
 	return nil
 }
 
-// insertCreated queues for the COMMIT the insert of the attempts that sts created, in the order
-// they were made.
-func (s *Store) insertCreated(t *txn, sts []*execState) {
+// finishQuery ends a write: it inserts the attempts created ($1 to $17, in the order they were
+// made), writes the executions' revisions and wake times back ($18 to $22), and sends the
+// NOTIFYs ($23, $24). A part whose arrays are empty does nothing.
+const finishQuery = `WITH created AS (
+		INSERT INTO {s}.computations
+			(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+			 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at,
+			 available_at, traceparent)
+		SELECT execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+			heartbeat_timeout_ms, computed_with::jsonb, concurrency_key, max_parallel, error, created_at, finished_at,
+			available_at, traceparent
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::timestamptz[],
+			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::int[], $13::text[], $14::timestamptz[],
+			$15::timestamptz[], $16::timestamptz[], $17::text[]) WITH ORDINALITY AS c(execution_id, graph_key, node,
+			state, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with,
+			concurrency_key, max_parallel, error, created_at, finished_at, available_at, traceparent, ord)
+		ORDER BY ord
+	), revised AS (
+		UPDATE {s}.executions e
+		SET revision = r.revision,
+			updated_at = CASE WHEN r.revision <> e.revision THEN coalesce($18::timestamptz, now()) ELSE e.updated_at END,
+			wake_at = CASE WHEN r.set_wake THEN nullif(r.wake_at, '')::timestamptz ELSE e.wake_at END
+		FROM unnest($19::text[], $20::bigint[], $21::text[], $22::boolean[]) AS r(id, revision, wake_at, set_wake)
+		WHERE e.id = r.id
+	)
+	SELECT pg_notify($23, p) FROM unnest($24::text[]) AS p`
+
+// createdColumns returns the columns of the attempts that sts created, as finishQuery's first 17
+// arguments, and their number.
+func createdColumns(sts []*execState) ([]any, int) {
 	var cs []*Computation
 	for _, st := range sts {
 		cs = append(cs, st.created...)
-	}
-	if len(cs) == 0 {
-		return
 	}
 	var ids, keys, nodes, states, sigs []string
 	var attempts, maxAttempts []int
@@ -556,30 +578,17 @@ func (s *Store) insertCreated(t *txn, sts []*execState) {
 		createdAts, finishedAts = append(createdAts, c.CreatedAt), append(finishedAts, c.FinishedAt)
 		availableAts, traceparents = append(availableAts, c.AvailableAt), append(traceparents, c.Traceparent)
 	}
-	t.atCommit(s.q(`INSERT INTO {s}.computations
-		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-		 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at,
-		 available_at, traceparent)
-		SELECT execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-			heartbeat_timeout_ms, computed_with::jsonb, concurrency_key, max_parallel, error, created_at, finished_at,
-			available_at, traceparent
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::timestamptz[],
-			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::int[], $13::text[], $14::timestamptz[],
-			$15::timestamptz[], $16::timestamptz[], $17::text[]) WITH ORDINALITY AS c(execution_id, graph_key, node,
-			state, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with,
-			concurrency_key, max_parallel, error, created_at, finished_at, available_at, traceparent, ord)
-		ORDER BY ord`),
-		ids, keys, nodes, states, attempts, maxAttempts, runAts, abandons, beats, sigs, ckeys, maxParallels, errs,
-		createdAts, finishedAts, availableAts, traceparents)
+	return []any{ids, keys, nodes, states, attempts, maxAttempts, runAts, abandons, beats, sigs, ckeys, maxParallels,
+		errs, createdAts, finishedAts, availableAts, traceparents}, len(cs)
 }
 
 // maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.
 const maxPayload = 7900
 
-// announce queues for the COMMIT, in one statement, a NOTIFY that work is available if work is
-// set, and NOTIFYs that name the changes, as few as their payload's size allows. A change is an
-// execution id, followed by @ and its new revision when it has one.
-func (s *Store) announce(t *txn, work bool, changed []string) {
+// payloads returns the NOTIFY payloads of a write: that work is available if work is set, and
+// the changes, in as few payloads as their size allows. A change is an execution id, followed by
+// @ and its new revision when it has one.
+func (s *Store) payloads(work bool, changed []string) []string {
 	var payloads []string
 	if work {
 		payloads = append(payloads, PayloadWork)
@@ -597,9 +606,7 @@ func (s *Store) announce(t *txn, work bool, changed []string) {
 		}
 		payloads = append(payloads, p.String())
 	}
-	if len(payloads) > 0 {
-		t.atCommit("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", s.channel, payloads)
-	}
+	return payloads
 }
 
 // fireSaved hands the OnSave events of a committed transaction to the runtime.

@@ -195,17 +195,14 @@ func TestIDsSortByTheirTime(t *testing.T) {
 
 // The changes of a write go out in as few NOTIFYs as fit under PostgreSQL's payload limit, each
 // naming its changes in order.
-func TestAnnounceFillsEachPayload(t *testing.T) {
+func TestPayloadsFillEachNotify(t *testing.T) {
 	t.Parallel()
 	s := &Store{channel: "journey:test"}
 	var changed []string
 	for i := range 1000 {
 		changed = append(changed, fmt.Sprintf("exec_%020d@%d", i, i))
 	}
-	tx := &txn{}
-	s.announce(tx, true, changed)
-	require.Len(t, tx.tail, 1, "one statement")
-	payloads := tx.tail[0].args[1].([]string)
+	payloads := s.payloads(true, changed)
 	require.Equal(t, PayloadWork, payloads[0])
 	var named []string
 	for i, p := range payloads[1:] {
