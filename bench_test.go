@@ -109,10 +109,7 @@ func BenchmarkStartMany(b *testing.B) {
 			return in.Int("x") + 1, nil
 		}),
 	})
-	inputs := make([]map[string]any, n)
-	for i := range inputs {
-		inputs[i] = map[string]any{"x": i}
-	}
+	inputs := numbered(n)
 	for _, tc := range []struct {
 		name  string
 		start func(ctx context.Context, rt *journey.Runtime) error

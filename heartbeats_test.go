@@ -97,10 +97,7 @@ func TestHeartbeatsOfManyComputationsTakeOneStatementPerInterval(t *testing.T) {
 	rt := newRuntime(t, cfg)
 	defer close(release) // before the runtime stops: a graceful stop waits for the functions
 	ctx := testCtx(t)
-	inputs := make([]map[string]any, n)
-	for i := range inputs {
-		inputs[i] = map[string]any{"x": i}
-	}
+	inputs := numbered(n)
 	_, err := rt.StartMany(ctx, g, inputs)
 	require.NoError(t, err)
 	allStarted := make(chan struct{})

@@ -40,6 +40,15 @@ func testConfig(t testing.TB, graphs ...*graph.Graph) journey.Config {
 	}
 }
 
+// numbered returns the inputs of n executions that set x to 0, 1, …, n-1.
+func numbered(n int) []map[string]any {
+	inputs := make([]map[string]any, n)
+	for i := range inputs {
+		inputs[i] = map[string]any{"x": i}
+	}
+	return inputs
+}
+
 // newRuntime starts a runtime and stops it when the test ends.
 func newRuntime(t testing.TB, cfg journey.Config) *journey.Runtime {
 	t.Helper()

@@ -2,14 +2,19 @@ package journey_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/actors"
+	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 )
 
@@ -39,10 +44,7 @@ func TestMaxWorkersBoundsTheFunctionsRunning(t *testing.T) {
 	cfg.MaxWorkers = workers
 	rt := newRuntime(t, cfg)
 	ctx := testCtx(t)
-	inputs := make([]map[string]any, executions)
-	for i := range inputs {
-		inputs[i] = map[string]any{"x": i}
-	}
+	inputs := numbered(executions)
 	started, err := rt.StartMany(ctx, g, inputs)
 	require.NoError(t, err)
 
@@ -69,6 +71,90 @@ func TestMaxWorkersBoundsTheFunctionsRunning(t *testing.T) {
 	for range workers - 1 {
 		release <- struct{}{}
 	}
+	for i, e := range started {
+		v, err := rt.Get(ctx, e.ID, "y", journey.WaitAny())
+		require.NoError(t, err)
+		require.Equal(t, int64(i), v.Int())
+	}
+}
+
+// A replica holds at most four times MaxWorkers attempts: the functions running, and those that
+// have returned and wait for the completer to record them. With the completer held up, it claims
+// up to that bound and no further, however often its dispatcher wakes; then the outcomes go in.
+func TestClaimedAttemptsStayUnderFourTimesMaxWorkers(t *testing.T) {
+	t.Parallel()
+	const workers, bound, executions = 2, 4 * 2, 20
+	locked := make(chan struct{})
+	g := graph.MustNew("held", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			select {
+			case <-locked:
+				return in.Int("x"), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}, graph.Heartbeat(50*time.Millisecond, time.Minute)),
+	})
+	var mu sync.Mutex
+	var held []int // the attempts that each heartbeat statement extended
+	beat := make(chan struct{}, 1)
+	cfg := testConfig(t, g)
+	cfg.MaxWorkers = workers
+	cfg.Test.Hooks = actors.Hooks{Heartbeating: func(refs []persistence.ClaimRef) {
+		mu.Lock()
+		held = append(held, len(refs))
+		mu.Unlock()
+		select {
+		case beat <- struct{}{}:
+		default:
+		}
+	}}
+	rt := newRuntime(t, cfg)
+	ctx := testCtx(t)
+	inputs := numbered(executions)
+	started, err := rt.StartMany(ctx, g, inputs)
+	require.NoError(t, err)
+
+	// Recording an outcome writes its value: a lock on the values table holds every outcome up,
+	// while the claims, which only read values, go on. No function returns before it is taken.
+	tx, err := pgtest.DB(t).BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.ExecContext(ctx, "LOCK TABLE "+pgx.Identifier{cfg.Schema, "values"}.Sanitize()+" IN EXCLUSIVE MODE")
+	require.NoError(t, err)
+	close(locked)
+
+	// Watch the heartbeats until one extends as many attempts as the bound, and five more.
+	full := -1
+	for {
+		mu.Lock()
+		n := len(held)
+		if full < 0 {
+			full = slices.IndexFunc(held, func(n int) bool { return n >= bound })
+		}
+		mu.Unlock()
+		if full >= 0 && n > full+5 {
+			break
+		}
+		select {
+		case <-beat:
+		case <-ctx.Done():
+			mu.Lock()
+			seen := slices.Clone(held)
+			mu.Unlock()
+			t.Fatalf("no heartbeat extended %d attempts: %v", bound, seen)
+		}
+	}
+	mu.Lock()
+	require.LessOrEqual(t, slices.Max(held), bound, "attempts held, at each heartbeat: %v", held)
+	mu.Unlock()
+	var running int
+	require.NoError(t, pgtest.DB(t).QueryRowContext(ctx, "SELECT count(*) FROM "+
+		pgx.Identifier{cfg.Schema, "computations"}.Sanitize()+" WHERE state = 'RUNNING'").Scan(&running))
+	require.Equal(t, bound, running, "attempts claimed while the outcomes were held up")
+
+	require.NoError(t, tx.Rollback())
 	for i, e := range started {
 		v, err := rt.Get(ctx, e.ID, "y", journey.WaitAny())
 		require.NoError(t, err)
