@@ -249,3 +249,40 @@ func TestCloneFinished(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, finished)
 }
+
+// A session that ends while the bench counts the other sessions of its database is waited for,
+// not counted: the throwaway cluster's readiness checks, still ending on a busy machine, made
+// the statement counts n/a.
+func TestSnapshotWaitsForEndingSessions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	admin, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	name := pgx.Identifier{strings.ToLower(strings.ReplaceAll(pgtest.Schema(t), "jt_", "jd_"))}
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name.Sanitize()+" WITH (FORCE)")
+		_ = admin.Close(context.Background())
+	})
+	cfg := admin.Config().Copy()
+	cfg.Database = name[0]
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+
+	m, err := connectMonitor(ctx, url)
+	require.NoError(t, err)
+	defer m.close()
+	other, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	ended := false
+	m.counted = func(n int) {
+		if n > 0 && !ended {
+			ended = true
+			require.NoError(t, other.Close(ctx))
+		}
+	}
+	s, err := m.snapshot(ctx, false)
+	require.NoError(t, err)
+	require.True(t, ended, "the snapshot did not see the other session")
+	require.Zero(t, s.others, "sessions counted as other users of the database")
+}

@@ -21,6 +21,8 @@ type monitor struct {
 	txs   int64  // statements run, each its own transaction
 	dbid  uint32 // the database's oid, by which pg_stat_statements is filtered
 	stats string // the schema of pg_stat_statements, quoted; empty when it cannot be read
+	// counted, if set, is called with each count of waitNone: a test's hook.
+	counted func(n int)
 }
 
 // benchStats is a snapshot of the database's statistics.
@@ -136,13 +138,30 @@ func (m *monitor) enableStatements(ctx context.Context) (bool, string) {
 // waitReplicasGone waits until no connection of a replica is left, so that their statistics,
 // which a session reports when it ends, are in. After 30s it returns how many are left.
 func (m *monitor) waitReplicasGone(ctx context.Context) (int, error) {
-	deadline := time.Now().Add(30 * time.Second)
+	n, err := m.waitNone(ctx, 30*time.Second,
+		"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1", benchAppName)
+	if err != nil {
+		return n, fmt.Errorf("counting the replicas' connections: %w", err)
+	}
+	return n, nil
+}
+
+// othersTimeout bounds how long snapshot waits for the other sessions in the database to end. A
+// session that has just closed lingers for a moment, longer on a busy machine: the throwaway
+// cluster's readiness checks, or a check that gave up while the server was starting.
+const othersTimeout = 3 * time.Second
+
+// waitNone runs the count query until it counts none, or timeout has passed, and returns the
+// last count.
+func (m *monitor) waitNone(ctx context.Context, timeout time.Duration, count string, args ...any) (int, error) {
+	deadline := time.Now().Add(timeout)
 	for {
 		var n int
-		err := m.queryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
-			[]any{benchAppName}, &n)
-		if err != nil {
-			return n, fmt.Errorf("counting the replicas' connections: %w", err)
+		if err := m.queryRow(ctx, count, args, &n); err != nil {
+			return n, err
+		}
+		if m.counted != nil {
+			m.counted(n)
 		}
 		if n == 0 || time.Now().After(deadline) {
 			return n, nil
@@ -160,8 +179,9 @@ func (m *monitor) waitReplicasGone(ctx context.Context) (int, error) {
 // database first.
 func (m *monitor) snapshot(ctx context.Context, reset bool) (benchStats, error) {
 	s := benchStats{calls: -1, heartbeats: -1}
-	err := m.queryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "+
-		"AND backend_type = 'client backend' AND pid <> pg_backend_pid()", nil, &s.others)
+	var err error
+	s.others, err = m.waitNone(ctx, othersTimeout, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "+
+		"AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
 	if err != nil {
 		return s, fmt.Errorf("counting the sessions in the database: %w", err)
 	}
