@@ -169,6 +169,9 @@ type TestConfig struct {
 	// NotificationBackoff replaces the wait between delivery attempts (default: 1s, doubling,
 	// capped at an hour).
 	NotificationBackoff func(attempts int) time.Duration
+	// StopGrace replaces how long Stop waits for the functions to return once it has canceled
+	// their contexts (default 5s).
+	StopGrace time.Duration
 }
 
 func (c Config) withDefaults() Config {

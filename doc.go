@@ -55,8 +55,10 @@
 // it claims available computations of the graphs in its Config.Graphs, up to MaxWorkers at a
 // time. Any replica can read any execution; writing one (Set, Retry, ...) needs a replica that
 // serves its graph, since writes advance the graph. Stop is graceful: running computations
-// finish until its context ends, and what is left is released for another replica to take over
-// without losing an attempt.
+// finish until its context ends; then their contexts are canceled, and each attempt whose
+// function returns is released for another replica to take over without losing an attempt. One
+// whose function ignores its context is taken over once its heartbeat deadline passes, never
+// while it still runs here.
 //
 // # Heartbeats and deadlines
 //

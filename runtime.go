@@ -1,6 +1,7 @@
 package journey
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -36,6 +37,7 @@ const (
 	// listenWait bounds how long New waits for the LISTEN connection.
 	listenWait = 10 * time.Second
 	// stopGrace is how long Stop waits for functions to return once their contexts are canceled.
+	// Config.Test.StopGrace replaces it.
 	stopGrace = 5 * time.Second
 )
 
@@ -66,7 +68,8 @@ type Runtime struct {
 	cancelBase context.CancelFunc
 	claims     *actors.ClaimGate
 	listening  chan struct{}  // closed once the listener's first LISTEN succeeded
-	running    sync.WaitGroup // computation goroutines
+	running    sync.WaitGroup // claimed attempts whose goroutine has not ended
+	orphaned   atomic.Bool    // set once Stop no longer waits for the running functions
 	saves      atomic.Int64   // OnSave callbacks running
 	saved      chan struct{}  // a signal when one of them returns
 
@@ -199,7 +202,7 @@ func (r *Runtime) start() {
 	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, MaxWorkers: r.cfg.MaxWorkers,
 		PollInterval: r.cfg.PollInterval, MaxValueBytes: r.cfg.MaxValueBytes, Logger: r.logger, Base: base,
-		Running: &r.running, Gate: r.claims, Hooks: r.cfg.Test.Hooks, Telemetry: r.tel,
+		Running: &r.running, Orphaned: &r.orphaned, Gate: r.claims, Hooks: r.cfg.Test.Hooks, Telemetry: r.tel,
 	}))
 	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
@@ -274,11 +277,16 @@ func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 	}()
 }
 
-// Stop stops the replica gracefully. It stops claiming, lets the running computations finish
-// until ctx ends, then releases what is left back to AVAILABLE, without consuming an attempt, so
-// that another replica takes it over at once. It then stops the actors, deletes the replica's
-// heartbeat row, waits for the OnSave callbacks in flight until ctx ends and, if the runtime
-// opened the pool, closes it. Calls after the first return the first call's result.
+// Stop stops the replica gracefully. It stops claiming and lets the running computations finish
+// until ctx ends. It then cancels the contexts of those still running, and waits up to 5 seconds
+// for their functions to return, heartbeating them meanwhile: an attempt whose function returns
+// an error then goes back to AVAILABLE, without consuming an attempt, so that another replica
+// takes it over at once; a result returned all the same is recorded. An attempt whose function
+// still runs after that stays RUNNING, and another replica takes it over once its heartbeat
+// deadline passes, as it would a crashed replica's: no two replicas ever run one attempt at once.
+// Stop then stops the actors, deletes the replica's heartbeat row (unless such an attempt is
+// left), waits for the OnSave callbacks in flight until ctx ends and, if the runtime opened the
+// pool, closes it. Calls after the first return the first call's result.
 func (r *Runtime) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() { r.stopErr = r.stop(ctx) })
 	return r.stopErr
@@ -288,38 +296,39 @@ func (r *Runtime) stop(ctx context.Context) error {
 	r.stopped.Store(true)
 	r.stopObservingClock()
 	var errs []error
-	if !r.drain(ctx) {
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		n, err := r.store.Release(rctx, r.cfg.ReplicaID)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("releasing running computations: %w", err))
-		}
-		r.logger.Info("released running computations to other replicas", "count", n)
+	r.drain(ctx)
+	// Cancel first, and release only what has returned (each attempt releases itself), so that
+	// another replica never starts an attempt whose function still runs here.
+	r.cancelBase()
+	grace := cmp.Or(r.cfg.Test.StopGrace, stopGrace)
+	returned := waitGroup(&r.running, grace)
+	if !returned {
+		r.orphaned.Store(true)
+		r.logger.Warn("some computations ignore their context and have not returned; they stay RUNNING, and "+
+			"another replica takes them over once their heartbeat deadline passes", "waited", grace)
 	}
 	if r.observing != nil {
 		if err := r.observing.Unregister(); err != nil {
 			errs = append(errs, fmt.Errorf("unregistering the observable metrics: %w", err))
 		}
 	}
-	r.cancelBase()
 	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.delivery, r.listener} {
 		if err := r.system.Root.PoisonFuture(pid).Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping actor %s: %w", pid.Id, err))
 		}
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := r.store.DeleteReplica(dctx, r.cfg.ReplicaID); err != nil {
-		errs = append(errs, err)
+	// With attempts left RUNNING, the row stays, and goes stale as a crashed replica's would:
+	// without it, another replica would take them over at once.
+	if returned {
+		if err := r.store.DeleteReplica(dctx, r.cfg.ReplicaID); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := r.sweep.Release(dctx); err != nil {
 		errs = append(errs, err)
 	}
 	cancel()
-	if !waitGroup(&r.running, stopGrace) {
-		r.logger.Warn("some computations ignore their context and have not returned; their results will be dropped",
-			"waited", stopGrace)
-	}
 	if !r.waitSaves(ctx) {
 		r.logger.Warn("some OnSave callbacks have not returned; they go on until their own timeout",
 			"timeout", onSaveTimeout)
@@ -357,18 +366,16 @@ func randomSuffix() string {
 	return hex.EncodeToString(b)
 }
 
-// drain stops claiming and waits until no computation runs on this replica, or ctx ends. It
-// reports whether none runs. Either way, once it returns the dispatcher claims nothing more, even
-// if it was too busy to read the request.
-func (r *Runtime) drain(ctx context.Context) bool {
+// drain stops claiming and waits until no computation runs on this replica, or ctx ends. Either
+// way, once it returns the dispatcher claims nothing more, even if it was too busy to read the
+// request, and every attempt it claimed counts in r.running.
+func (r *Runtime) drain(ctx context.Context) {
 	defer r.claims.Close()
 	drained := make(chan struct{})
 	r.system.Root.Send(r.dispatcher, actors.StopClaiming{Drained: drained})
 	select {
 	case <-drained:
-		return true
 	case <-ctx.Done():
-		return false
 	}
 }
 

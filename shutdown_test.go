@@ -3,6 +3,7 @@ package journey_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/actors"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // promptly bounds a Stop whose ctx has ended: far below the 10s that a busy dispatcher made it
@@ -89,6 +92,73 @@ func TestStopReleasesWhileTheDispatcherIsBusy(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, journey.StateAvailable, got[0].State, "released for another replica")
 	require.Equal(t, 1, got[0].Attempt, "the release consumed no attempt")
+}
+
+// A function deaf to its context past Stop's grace is left RUNNING, and the replica's row with it,
+// as a crashed replica's would be: its late result is dropped, and another replica takes the
+// attempt over once its heartbeat deadline has passed, never while it is still fresh.
+func TestStopLeavesADeafFunctionToItsHeartbeatDeadline(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int32
+	g := graph.MustNew("deaf", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("deaf", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			if calls.Add(1) > 1 {
+				return "taken over", nil
+			}
+			close(started)
+			<-release // deaf to ctx
+			return "late", nil
+		}, graph.Heartbeat(50*time.Millisecond, 300*time.Millisecond), graph.MaxAttempts(2), graph.Backoff(fastBackoff)),
+	})
+	outcomes := make(chan string, 1)
+	cfg := testConfig(t, g)
+	cfg.ReplicaID = "leaving"
+	cfg.Test.StopGrace = 100 * time.Millisecond
+	cfg.Test.Hooks.ComputationFinished = func(_ *persistence.Computation, outcome string) { outcomes <- outcome }
+	rt, err := journey.New(context.Background(), cfg)
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "x", 1)
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, rt.Stop(stopCtx(t)))
+
+	// A replica of another graph reads what the stop left.
+	other := graph.MustNew("other", "v1", []graph.Node{graph.Input("y")})
+	ocfg := testConfig(t, other)
+	ocfg.Schema, ocfg.ReplicaID = cfg.Schema, "observer"
+	observer := newRuntime(t, ocfg)
+	got := attempts(t, observer, ex.ID, "deaf")
+	require.Len(t, got, 1)
+	require.Equal(t, journey.StateRunning, got[0].State, "not released while its function runs")
+	replicas, err := observer.Replicas(ctx)
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(replicas, func(r journey.Replica) bool { return r.ID == "leaving" }),
+		"the replica's row stays, so that its attempt is not taken over at once")
+
+	close(release)
+	require.Equal(t, actors.OutcomeOrphaned, <-outcomes, "the late result is dropped")
+
+	cfg.ReplicaID, cfg.Test.Hooks = "taking-over", actors.Hooks{}
+	taker := newRuntime(t, cfg)
+	v, err := taker.Get(ctx, ex.ID, "deaf", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, "taken over", v.String())
+	got = attempts(t, taker, ex.ID, "deaf")
+	require.Len(t, got, 2)
+	require.Equal(t, journey.StateAbandoned, got[0].State)
+	require.Equal(t, "leaving", got[0].ReplicaID)
+	require.Equal(t, "abandoned: heartbeat deadline passed", got[0].Error)
+	require.NotNil(t, got[0].FinishedAt)
+	require.NotNil(t, got[0].HeartbeatDeadline)
+	require.False(t, got[0].FinishedAt.Before(*got[0].HeartbeatDeadline), "taken over only once its heartbeat deadline had passed")
+	require.Equal(t, journey.StateSuccess, got[1].State)
+	require.Equal(t, "taking-over", got[1].ReplicaID)
 }
 
 func TestStopWaitsForOnSaveOnlyUntilCtxEnds(t *testing.T) {

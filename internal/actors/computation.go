@@ -23,8 +23,20 @@ import (
 // writeTimeout bounds the transaction that records an attempt's outcome.
 const writeTimeout = 30 * time.Second
 
-// OutcomeDropped is the outcome of an attempt whose claim was lost: nothing was written.
-const OutcomeDropped = "claim lost: result dropped"
+// Outcomes of an attempt that did not end here, as ComputationFinished reports them.
+const (
+	// OutcomeDropped: the claim was lost, and nothing was written.
+	OutcomeDropped = "claim lost: result dropped"
+	// OutcomeReleased: the replica stopped while the function ran, and the attempt went back to
+	// AVAILABLE once the function had returned, without consuming an attempt.
+	OutcomeReleased = "released: the replica stopped"
+	// OutcomeOrphaned: the replica's Stop stopped waiting before the function returned. The
+	// attempt stays RUNNING until its heartbeat deadline passes, and nothing was written.
+	OutcomeOrphaned = "orphaned: the replica stopped before the function returned"
+)
+
+// releaseTimeout bounds the release of an attempt at a stop.
+const releaseTimeout = 10 * time.Second
 
 // Hooks are test-only knobs. The zero value changes nothing.
 type Hooks struct {
@@ -46,13 +58,16 @@ type Hooks struct {
 
 // computationEnv is what every computation actor of a replica shares.
 type computationEnv struct {
-	store      *persistence.Store
-	replicaID  string
-	logger     *slog.Logger
-	base       context.Context // the parent of every function's context
-	running    *sync.WaitGroup // the goroutines of the running functions
-	heartbeats *actor.PID      // the replica's heartbeats, with which the watchdogs register
-	completer  *actor.PID      // records the outcomes
+	store     *persistence.Store
+	replicaID string
+	logger    *slog.Logger
+	base      context.Context // the parent of every function's context
+	running   *sync.WaitGroup // the goroutines of the running functions
+	// orphaned is set once the replica's Stop no longer waits for the functions: those still
+	// running write nothing when they return.
+	orphaned   *atomic.Bool
+	heartbeats *actor.PID // the replica's heartbeats, with which the watchdogs register
+	completer  *actor.PID // records the outcomes
 	// completerDone is closed once the completer has stopped.
 	completerDone chan struct{}
 	system        *actor.ActorSystem
@@ -87,12 +102,16 @@ type computation struct {
 	returned func()
 }
 
-func computationProps(env *computationEnv, c *persistence.Computation, g *graph.Graph, n graph.Node) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor {
+// spawnComputation spawns the actor of a claimed attempt. The attempt counts as running from
+// here, not from the actor's Started, so that a stop that waits for the running functions waits
+// for every attempt claimed before it.
+func spawnComputation(parent actor.SpawnerContext, env *computationEnv, c *persistence.Computation, g *graph.Graph, n graph.Node) *actor.PID {
+	env.running.Add(1)
+	return parent.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &computation{
 			env: env, c: c, g: g, node: n,
 		}
-	}, actor.WithSupervisor(stopStrategy))
+	}, actor.WithSupervisor(stopStrategy)))
 }
 
 // Receive implements actor.Actor.
@@ -112,7 +131,6 @@ func (a *computation) Receive(ctx actor.Context) {
 				system.Root.Send(parent, functionReturned{id: self.Id})
 			}
 		})
-		a.env.running.Add(1)
 		go func() {
 			defer a.env.running.Done()
 			reason := a.run(runCtx)
@@ -196,7 +214,7 @@ func (a *computation) attempt(ctx context.Context) (reason, outcome string, err 
 		if a.lost.Load() {
 			return OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost
 		}
-		return "canceled before it ran", "", nil
+		return a.release() // the replica stops
 	}
 	vals, err := a.c.ClaimedValues()
 	if err != nil {
@@ -205,6 +223,11 @@ func (a *computation) attempt(ctx context.Context) (reason, outcome string, err 
 	used := persistence.Signature(a.node, vals)
 	result, err := a.invoke(ctx, vals)
 	if err != nil {
+		if a.env.base.Err() != nil && !a.lost.Load() {
+			// The replica stops: the function was interrupted, not failed. A result that it
+			// returned all the same is recorded below.
+			return a.release()
+		}
 		return a.record(ctx, err, nil, nil)
 	}
 	raw, err := json.Marshal(result)
@@ -256,6 +279,9 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 		if a.lost.Load() {
 			return OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost
 		}
+		if a.env.orphaned.Load() {
+			return OutcomeOrphaned, "", nil
+		}
 		err := a.env.recordOutcome(wctx, o)
 		switch {
 		case err == nil:
@@ -275,4 +301,26 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 		case <-time.After(wait):
 		}
 	}
+}
+
+// release hands the attempt back to AVAILABLE, at a stop, once its function has returned (or
+// before it ran), so that another replica runs it at once without consuming an attempt. An
+// attempt whose function returns after the stop stopped waiting writes nothing: it stays RUNNING
+// until its heartbeat deadline passes, as a crashed replica's would.
+func (a *computation) release() (string, string, error) {
+	a.returned()
+	if a.env.orphaned.Load() {
+		return OutcomeOrphaned, "", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	n, err := a.env.store.Release(ctx, a.env.replicaID, []persistence.ClaimRef{a.c.Ref()})
+	switch {
+	case err != nil:
+		a.log(slog.LevelWarn, "releasing the attempt at stop failed; it is taken over once its heartbeat deadline passes", "error", err)
+		return "release failed: " + err.Error(), "", err
+	case n == 0:
+		return OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost
+	}
+	return OutcomeReleased, "", nil
 }

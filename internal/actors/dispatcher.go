@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -37,8 +38,12 @@ type DispatcherConfig struct {
 	Logger        *slog.Logger
 	// Base is the parent context of every computation's function.
 	Base context.Context
-	// Running, if set, counts the computation goroutines, so that a stop can wait for them.
+	// Running, if set, counts the claimed attempts whose goroutine has not ended, so that a stop
+	// can wait for them.
 	Running *sync.WaitGroup
+	// Orphaned, if set, is set by a stop that no longer waits for the running functions: those
+	// write nothing when they return.
+	Orphaned *atomic.Bool
 	// Gate, if set, lets the caller end the claims even while the dispatcher is busy.
 	Gate  *ClaimGate
 	Hooks Hooks
@@ -132,11 +137,14 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	if cfg.Running == nil {
 		cfg.Running = new(sync.WaitGroup)
 	}
+	if cfg.Orphaned == nil {
+		cfg.Orphaned = new(atomic.Bool)
+	}
 	if cfg.Gate == nil {
 		cfg.Gate = NewClaimGate()
 	}
 	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
-		running: cfg.Running, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes, tel: telemetry.Or(cfg.Telemetry)}
+		running: cfg.Running, orphaned: cfg.Orphaned, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes, tel: telemetry.Or(cfg.Telemetry)}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &dispatcher{cfg: cfg, env: env, logger: logger, running: map[string]bool{}, computing: map[string]bool{}}
 	}, actor.WithSupervisor(stopStrategy))
@@ -257,7 +265,7 @@ func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 			if c.AvailableAt != nil && c.ClaimedAt != nil {
 				d.env.tel.Claimed(cctx, g, c.Node, c.ClaimedAt.Sub(*c.AvailableAt))
 			}
-			pid := ctx.Spawn(computationProps(d.env, c, g, n))
+			pid := spawnComputation(ctx, d.env, c, g, n)
 			d.running[pid.Id], d.computing[pid.Id] = true, true
 		}
 	})

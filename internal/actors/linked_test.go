@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,12 +68,12 @@ func setup(t *testing.T) *linked {
 	beats := l.system.Root.Spawn(heartbeatsProps(l.store, "r1", logger, Hooks{}))
 	base, stop := context.WithCancel(context.Background()) // so that a failed test does not hang in its cleanup
 	done := make(chan struct{})
-	env := &computationEnv{store: l.store, replicaID: "r1", logger: logger, base: base, running: l.running,
+	env := &computationEnv{store: l.store, replicaID: "r1", logger: logger, base: base, running: l.running, orphaned: new(atomic.Bool),
 		heartbeats: beats, system: l.system, completerDone: done, tel: telemetry.Disabled(),
 		completer: l.system.Root.Spawn(completerProps(l.store, telemetry.Disabled(), logger, done)),
 		hooks:     Hooks{ComputationStarted: func(_ *persistence.Computation, self, dog *actor.PID) { pids <- [2]*actor.PID{self, dog} }}}
 	_, n, _ := l.store.GraphOf(claimed[0])
-	l.system.Root.Spawn(computationProps(env, claimed[0], g, n))
+	spawnComputation(l.system.Root, env, claimed[0], g, n)
 	select {
 	case p := <-pids:
 		l.self, l.dog = p[0], p[1]

@@ -191,6 +191,66 @@ func TestRollingRestartConsumesNoAttempt(t *testing.T) {
 	}
 }
 
+// Stop with a deadline cancels first, and releases only the attempts whose function has
+// returned: a function deaf to its context is never run by another replica at the same time,
+// and finishes once, on the other replica, without consuming an attempt.
+func TestStopNeverRunsAnAttemptTwiceAtOnce(t *testing.T) {
+	cfg := defaults()
+	cfg.WorkMin, cfg.WorkMax, cfg.StopGrace, cfg.Stubborn = 2000, 2000, 100, true
+	c := newCluster(t, pgtest.URL(t), cfg)
+	first := c.start(t, "first")
+	ids := c.submit(t, 3)
+	first.waitFor(t, "all three running", func(w *worker) bool { return w.count("began ") == 3 })
+	second := c.start(t, "second")
+	first.stop(t) // Stop with a 100ms ctx, two seconds before the functions return
+	c.waitDone(t, 3, time.Minute)
+
+	require.Equal(t, 3, countOutcome(first, actors.OutcomeReleased), "each attempt is released once its function returned")
+	before, after := runs(t, first), runs(t, second)
+	require.Len(t, before, 3)
+	require.Len(t, after, 3, "the second replica ran each attempt once")
+	for n, r := range before {
+		o := after[n]
+		require.True(t, o.began.After(r.returned),
+			"input %d: the second replica began at %v, before the first's function returned at %v", n, o.began, r.returned)
+	}
+	for _, comp := range c.audit(t, ids) {
+		require.Equal(t, persistence.StateSuccess, comp.State)
+		require.Equal(t, 1, comp.Attempt, "the release consumed no attempt")
+		require.Equal(t, "second", *comp.ReplicaID)
+	}
+}
+
+// run is when a worker's stubborn function began and returned.
+type run struct{ began, returned time.Time }
+
+// runs reads the runs of a stubborn worker's functions by input, from its lines; an input run
+// twice fails the test.
+func runs(t *testing.T, w *worker) map[int64]run {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[int64]run{}
+	for _, l := range w.lines {
+		var what string
+		var n, at int64
+		if _, err := fmt.Sscanf(l, "%s %d %d", &what, &n, &at); err != nil || (what != "began" && what != "returned") {
+			continue
+		}
+		r := out[n]
+		switch {
+		case what == "began" && r.began.IsZero():
+			r.began = time.Unix(0, at)
+		case what == "returned" && r.returned.IsZero():
+			r.returned = time.Unix(0, at)
+		default:
+			t.Fatalf("worker %s ran input %d twice: %q", w.id, n, l)
+		}
+		out[n] = r
+	}
+	return out
+}
+
 func TestPostgresRestartLeavesNothingStuck(t *testing.T) {
 	pg := pgtest.Cluster(t)
 	cfg := defaults()

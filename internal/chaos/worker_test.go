@@ -52,6 +52,10 @@ type workerConfig struct {
 	// BlockingHandler gives the worker an OnExecutionFailed handler that says "handling <key>"
 	// and then blocks.
 	BlockingHandler bool
+	// Stubborn makes the work of the chaos graph ignore its context: it says "began <n> <unix
+	// nanoseconds>", takes its time whatever happens, says "returned <n> <unix nanoseconds>", and
+	// only then returns the context's error, if any.
+	Stubborn bool
 	// Soak makes the worker serve the soak graphs as well (see soakKinds), with handlers for both
 	// lifecycle events that say "event <key>" and return. BlockingHandler, if set, replaces the
 	// failure handler.
@@ -84,7 +88,14 @@ func chaosGraph(cfg workerConfig) *graph.Graph {
 			if n < 0 {
 				return nil, graph.Permanent(errors.New("negative input"))
 			}
-			if err := work(ctx, cfg, n); err != nil {
+			if cfg.Stubborn {
+				say("began %d %d", n, time.Now().UnixNano())
+				time.Sleep(workTime(cfg, n)) // deaf to ctx, as a slow call that takes no context
+				say("returned %d %d", n, time.Now().UnixNano())
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+			} else if err := work(ctx, cfg, n); err != nil {
 				return nil, err
 			}
 			return result{N: n, Replica: cfg.ReplicaID}, nil
@@ -102,14 +113,19 @@ func nodeOptions(cfg workerConfig) []graph.NodeOption {
 	}
 }
 
-// work takes WorkMin to WorkMax, the span picked by n, or until ctx ends.
-func work(ctx context.Context, cfg workerConfig, n int64) error {
+// workTime is WorkMin to WorkMax, the span picked by n.
+func workTime(cfg workerConfig, n int64) time.Duration {
 	d := ms(cfg.WorkMin)
 	if span := cfg.WorkMax - cfg.WorkMin; span > 0 {
 		d += ms((max(n, -n) * 37) % span)
 	}
+	return d
+}
+
+// work takes workTime, or until ctx ends.
+func work(ctx context.Context, cfg workerConfig, n int64) error {
 	select {
-	case <-time.After(d):
+	case <-time.After(workTime(cfg, n)):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -226,6 +242,16 @@ func nextTick(_ context.Context, in graph.Values) (time.Time, error) {
 	}
 }
 
+// sayMu keeps the lines of a worker whole.
+var sayMu sync.Mutex
+
+// say prints a line of a worker's output, which the test reads.
+func say(format string, args ...any) {
+	sayMu.Lock()
+	defer sayMu.Unlock()
+	fmt.Printf(format+"\n", args...)
+}
+
 // runWorker is the main of a replica process. It prints "ready" once it serves, a line per
 // computation started and finished, a line per event its handlers receive, and "stopped" after
 // a graceful stop on SIGTERM.
@@ -234,12 +260,6 @@ func runWorker(raw string) int {
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: bad config:", err)
 		return 2
-	}
-	var mu sync.Mutex
-	say := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Printf(format+"\n", args...)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()

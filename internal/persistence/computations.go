@@ -325,26 +325,35 @@ func deref(s *string) string {
 	return *s
 }
 
-// Release hands the RUNNING computations of replicaID back to AVAILABLE without consuming an
-// attempt, for a graceful stop. Their claims are void, so late results are dropped.
-func (s *Store) Release(ctx context.Context, replicaID string) (int, error) {
-	var ids []int64
+// Release hands the given claims of replicaID back to AVAILABLE without consuming an attempt,
+// for a graceful stop, if they are still RUNNING under the same token. Their claims are void, so
+// late results are dropped. Only claims whose function has returned are released: one still
+// running stays RUNNING until its heartbeat deadline passes, so that no two replicas ever run it
+// at once.
+func (s *Store) Release(ctx context.Context, replicaID string, refs []ClaimRef) (int, error) {
+	ids := make([]int64, len(refs))
+	tokens := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i], tokens[i] = r.ID, r.Token
+	}
+	var released []int64
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		err := tx.NewRaw(s.q(`UPDATE {s}.computations
+		err := tx.NewRaw(s.q(`UPDATE {s}.computations c
 			SET state = 'AVAILABLE', replica_id = NULL, claim_token = NULL, claimed_at = NULL,
 				deadline = NULL, heartbeat_deadline = NULL, last_heartbeat_at = NULL,
 				available_at = coalesce(?::timestamptz, now())
-			WHERE state = 'RUNNING' AND replica_id = ?
-			RETURNING id`), s.clock.NowOrNil(), replicaID).Scan(ctx, &ids)
+			FROM unnest(?::bigint[], ?::uuid[]) AS r(id, token)
+			WHERE c.id = r.id AND c.claim_token = r.token AND c.state = 'RUNNING' AND c.replica_id = ?
+			RETURNING c.id`), s.clock.NowOrNil(), pgdialect.Array(ids), pgdialect.Array(tokens), replicaID).Scan(ctx, &released)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("releasing computations of replica %s: %w", replicaID, err)
 		}
-		if len(ids) == 0 {
+		if len(released) == 0 {
 			return nil
 		}
 		return s.notify(ctx, tx, PayloadWork)
 	})
-	return len(ids), err
+	return len(released), err
 }
 
 // mutate writes a mutate node's result into its targets. By default a target keeps its revision,

@@ -27,7 +27,11 @@ func TestRecordDropsOnlyTheLostClaims(t *testing.T) {
 	claimed, err := b.store.Claim(ctx, "r1", 3)
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
-	n, err := b.store.Release(ctx, "r1") // every claim is void…
+	refs := make([]ClaimRef, len(claimed))
+	for i, c := range claimed {
+		refs[i] = c.Ref()
+	}
+	n, err := b.store.Release(ctx, "r1", refs) // every claim is void…
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	again, err := b.store.Claim(ctx, "r1", 3) // …and claimed again, under new tokens
