@@ -144,6 +144,7 @@ type Store struct {
 	lockTimeout time.Duration
 	hooks       Hooks
 	pruned      pruneCursor
+	abandoning  abandonFailures
 	tracer      trace.Tracer
 }
 
