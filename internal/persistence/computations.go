@@ -17,10 +17,17 @@ import (
 // Claim takes up to limit AVAILABLE computations of the served graphs for replicaID, the
 // longest due first (by run_at, then id), in one statement. Each claimed row gets a fresh claim
 // token, its deadlines, and bumps its execution's revision; it comes back with its execution's
-// values as of the claim (see ClaimedValues), so the function needs no other read. It never waits
+// values under the claim's lock (see ClaimedValues), so the function needs no other read. It never waits
 // for a lock: a computation that another replica is claiming, or whose execution is being written
 // (its writer will NOTIFY when it commits), is left for a later claim. So the deadlines it sets
 // start when the claim starts, with nothing in between.
+//
+// The statement reads the values from its snapshot, but locks the newest row of each execution:
+// a write that commits in between is under the lock, and not in the snapshot. Every write to an
+// execution's values bumps its revision, so the statement compares the revision it locked with
+// the one its snapshot sees, and Claim reads again, in a second statement, the values of the
+// executions where they differ; that takes a write racing the claim, so the common case stays
+// one statement.
 //
 // The statement is prepared, and planned once per connection for every limit and every state of
 // the table. Its shape keeps that one plan cheap whatever the statistics say, which in a queue go
@@ -62,10 +69,15 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 					ORDER BY l.run_at, l.id LIMIT $4))
 				RETURNING c.*),
 			-- A claim is a revision of its execution; the claim above holds the executions' rows.
+			-- This updates their newest versions, and reports those that are not the versions
+			-- the statement's snapshot sees (x): the values below, read from that snapshot, may
+			-- be older than the lock.
 			bumped AS (UPDATE {s}.executions e SET revision = e.revision + n.claims
 				FROM (SELECT execution_id, count(*) AS claims FROM claimed GROUP BY execution_id) n
-				WHERE e.id = n.execution_id)
-			SELECT claimed.*, vs.* FROM claimed CROSS JOIN LATERAL (SELECT array_agg(v.node) AS claimed_nodes,
+				WHERE e.id = n.execution_id
+				RETURNING e.id, e.revision - n.claims <> (SELECT x.revision FROM {s}.executions x WHERE x.id = e.id) AS stale)
+			SELECT claimed.*, vs.*, claimed.execution_id = ANY(ARRAY(SELECT id FROM bumped WHERE stale)) AS claimed_stale
+			FROM claimed CROSS JOIN LATERAL (SELECT array_agg(v.node) AS claimed_nodes,
 					array_agg(v.value) AS claimed_raws, array_agg(v.metadata) AS claimed_metas,
 					array_agg(v.revision) AS claimed_revisions, array_agg(v.set_at) AS claimed_set_ats
 				FROM {s}."values" v WHERE v.execution_id = claimed.execution_id) vs
@@ -74,13 +86,64 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		if err != nil {
 			return err
 		}
-		claimed, err = scanAll[Computation](rows)
-		return err
+		if claimed, err = scanAll[Computation](rows); err != nil {
+			return err
+		}
+		if err := s.readClaimedAgain(ctx, pg, claimed); err != nil {
+			// The claims hold: the values they carry are older than their locks, and the
+			// completion's advance recomputes what ran on them.
+			s.logger.Warn("reading again the values of claimed computations failed; they run on the values of the claim's snapshot",
+				"service", "dispatcher", "error", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming computations: %w", err)
 	}
 	return claimed, nil
+}
+
+// readClaimedAgain reads again the values of the claimed computations whose execution changed
+// between the claim statement's snapshot and its lock (see claimedValues.ClaimedStale), in one
+// statement. A write to an execution's values bumps its revision in the same transaction, so the
+// others' values are those under the lock. The claim has committed: what this reads is at least
+// what the lock saw, and anything written since, the function may see too: its computed_with
+// records the revisions it used, and a completion recomputes from there.
+func (s *Store) readClaimedAgain(ctx context.Context, pg *pgx.Conn, claimed []*Computation) error {
+	var ids []string
+	for _, c := range claimed {
+		if c.ClaimedStale {
+			ids = append(ids, c.ExecutionID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	type execValues struct {
+		ExecutionID string `db:"execution_id"`
+		claimedValues
+	}
+	rows, err := pg.Query(ctx, s.q(`SELECT v.execution_id, array_agg(v.node) AS claimed_nodes,
+			array_agg(v.value) AS claimed_raws, array_agg(v.metadata) AS claimed_metas,
+			array_agg(v.revision) AS claimed_revisions, array_agg(v.set_at) AS claimed_set_ats
+		FROM {s}."values" v WHERE v.execution_id = ANY($1::text[]) GROUP BY v.execution_id`), ids)
+	if err != nil {
+		return err
+	}
+	fresh, err := scanAll[execValues](rows)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]claimedValues, len(fresh))
+	for _, f := range fresh {
+		byID[f.ExecutionID] = f.claimedValues
+	}
+	for _, c := range claimed {
+		if c.ClaimedStale {
+			c.claimedValues = byID[c.ExecutionID] // none: the values were all cleared
+		}
+	}
+	return nil
 }
 
 // ClaimedValues returns the values of the execution of a computation returned by Claim, as they

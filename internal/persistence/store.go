@@ -144,6 +144,7 @@ type Store struct {
 	lockTimeout time.Duration
 	hooks       Hooks
 	pruned      pruneCursor
+	abandoning  abandonFailures
 	tracer      trace.Tracer
 }
 
@@ -315,6 +316,10 @@ type claimedValues struct {
 	ClaimedMetas     [][]byte          `db:"claimed_metas"`
 	ClaimedRevisions []int64           `db:"claimed_revisions"`
 	ClaimedSetAts    []time.Time       `db:"claimed_set_ats"`
+	// ClaimedStale is true when the execution's row that the claim locked is newer than the one
+	// its statement's snapshot saw: a write committed in between, and the values above, read
+	// from that snapshot, may be older than the lock. Claim reads them again.
+	ClaimedStale bool `db:"claimed_stale"`
 }
 
 // gated reports whether the attempt waits for a concurrency key or a parallel limit.

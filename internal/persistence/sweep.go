@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -42,6 +44,7 @@ const (
 
 // ReasonCategory returns the category of an abandonment's audit reason.
 func ReasonCategory(reason string) string {
+	reason, _, _ = strings.Cut(reason, gaveUp)
 	switch {
 	case reason == ReasonDeadline:
 		return CategoryDeadline
@@ -112,7 +115,7 @@ type expired struct {
 //
 // Each abandonment is a transaction of its own, and promotion one more: a pass never holds an
 // execution's lock and the promotion lock together, nor many locks for long. One attempt's error
-// is logged and counted; it does not stop the pass.
+// is logged and counted; it does not stop the pass, and the attempt sits out the next passes.
 func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, error) {
 	var res SweepResult
 	if len(s.keys) == 0 {
@@ -159,8 +162,47 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 	return res, nil
 }
 
-// abandon abandons up to limit expired attempts, each in a transaction of its own.
+// abandon abandons up to limit expired attempts, each in a transaction of its own, in id order.
+// An attempt it fails to abandon is logged, and the pass goes on past it to the next ones; it sits
+// out the next passes too (see abandonFailures), so that the attempts that fail every time cannot
+// fill each pass, and it is abandoned alone once it has failed abandonGiveUp times in a row.
 func (s *Store) abandon(ctx context.Context, limit int, res *SweepResult) error {
+	pass, skip := s.abandoning.begin()
+	tried := map[int64]bool{}
+	var after int64
+	for len(res.Abandoned) < limit {
+		page := limit - len(res.Abandoned)
+		rows, err := s.expiredAttempts(ctx, after, skip, page)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			after, tried[row.ID] = row.ID, true
+			c, err := s.abandonOne(ctx, row)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return ctx.Err()
+			case err != nil:
+				res.Failed++
+				c = s.abandonFailed(ctx, pass, row, err)
+			default:
+				s.abandoning.forget(row.ID)
+			}
+			if c != nil {
+				res.Abandoned = append(res.Abandoned, c)
+			}
+		}
+		if len(rows) < page {
+			s.abandoning.forgetGone(pass, tried) // the pass has seen every expired attempt
+			break
+		}
+	}
+	return nil
+}
+
+// expiredAttempts returns up to limit expired attempts of the served graphs, in id order, after
+// the attempt after, but those of skip.
+func (s *Store) expiredAttempts(ctx context.Context, after int64, skip []int64, limit int) ([]expired, error) {
 	var rows []expired
 	err := s.db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now)
 		SELECT c.id, c.execution_id, c.claim_token, c.traceparent, CASE
@@ -170,30 +212,155 @@ func (s *Store) abandon(ctx context.Context, limit int, res *SweepResult) error 
 				WHEN c.claimed_at < r.started_at THEN 'abandoned: replica ' || c.replica_id || ' restarted'
 				ELSE ? END AS reason
 		FROM t, {s}.computations c LEFT JOIN {s}.replica_heartbeats r ON r.replica_id = c.replica_id
-		WHERE c.state = 'RUNNING' AND c.graph_key IN (?)
+		WHERE c.state = 'RUNNING' AND c.graph_key IN (?) AND c.id > ? AND c.id <> ALL(?::bigint[])
 			AND (c.deadline <= t.now OR c.heartbeat_deadline <= t.now OR r.replica_id IS NULL
 				OR r.last_heartbeat < t.now - r.stale_after_ms * interval '1 millisecond'
 				OR c.claimed_at < r.started_at)
 		ORDER BY c.id
-		LIMIT ?`), s.clock.NowOrNil(), ReasonDeadline, ReasonHeartbeat, bun.List(s.keys), limit).Scan(ctx, &rows)
+		LIMIT ?`), s.clock.NowOrNil(), ReasonDeadline, ReasonHeartbeat, bun.List(s.keys), after, pgdialect.Array(skip),
+		limit).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
-		return fmt.Errorf("finding expired computations: %w", err)
+		return nil, fmt.Errorf("finding expired computations: %w", err)
 	}
-	for _, row := range rows {
-		c, err := s.abandonOne(ctx, row)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			res.Failed++
-			s.logger.Error("abandoning a computation failed; the next pass tries again", "service", "sweeper",
-				"computation_id", row.ID, "execution_id", row.ExecutionID, "reason", row.Reason, "error", err)
-		case c != nil:
-			res.Abandoned = append(res.Abandoned, c)
+	return rows, nil
+}
+
+// The sweep tries to abandon an attempt abandonGiveUp times at most, with its execution (the
+// retry, or the node's failure); then it abandons it alone. Between two tries, the attempt sits
+// out 1, 2, 4… passes, abandonBackoffCap at most: about ten minutes in all at the default
+// interval.
+const (
+	abandonGiveUp     = 8
+	abandonBackoffCap = 64
+)
+
+// gaveUp is the part of an attempt's error that says the sweep abandoned it alone.
+const gaveUp = "; the sweep could not retry it or fail its node"
+
+// abandonFailures remembers, across the passes of this replica, the expired attempts that it
+// failed to abandon, so that they cannot fill each pass: each sits out the passes after a
+// failure, more of them the more it has failed.
+type abandonFailures struct {
+	mu     sync.Mutex
+	pass   int64
+	failed map[int64]abandonFailure
+}
+
+type abandonFailure struct {
+	count int   // the failures in a row
+	next  int64 // the first pass that tries it again
+}
+
+// begin starts a pass: it returns its number, and the attempts that sit it out.
+func (f *abandonFailures) begin() (pass int64, skip []int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pass++
+	skip = []int64{} // an empty array, not NULL: <> ALL(NULL) holds for no row
+	for id, a := range f.failed {
+		if a.next > f.pass {
+			skip = append(skip, id)
 		}
 	}
-	return nil
+	return f.pass, skip
 }
+
+// fail records that pass failed to abandon id: it returns the failures in a row, and the passes
+// the attempt sits out.
+func (f *abandonFailures) fail(id, pass int64) (count int, wait int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failed == nil {
+		f.failed = map[int64]abandonFailure{}
+	}
+	a := f.failed[id]
+	a.count++
+	wait = min(int64(1)<<min(a.count-1, 30), abandonBackoffCap)
+	a.next = pass + wait + 1
+	f.failed[id] = a
+	return a.count, wait
+}
+
+// forget forgets id: it was abandoned, or needs it no more.
+func (f *abandonFailures) forget(id int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.failed, id)
+}
+
+// forgetGone forgets the attempts that pass, which saw every expired attempt, could try and did
+// not find: they have finished, or were released.
+func (f *abandonFailures) forgetGone(pass int64, tried map[int64]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, a := range f.failed {
+		if a.next <= pass && !tried[id] {
+			delete(f.failed, id)
+		}
+	}
+}
+
+// abandonFailed follows pass's failure to abandon row, with cause: it logs it, and the attempt
+// sits out the next passes, or, once it has failed abandonGiveUp times in a row, is abandoned
+// alone. It returns the attempt if it abandoned it.
+func (s *Store) abandonFailed(ctx context.Context, pass int64, row expired, cause error) *Computation {
+	count, wait := s.abandoning.fail(row.ID, pass)
+	log := s.logger.With("service", "sweeper", "computation_id", row.ID, "execution_id", row.ExecutionID,
+		"reason", row.Reason, "failures", count)
+	if count < abandonGiveUp {
+		log.Error("abandoning a computation failed; the sweep goes on, and tries it again later",
+			"retry_in_passes", wait, "error", cause)
+		return nil
+	}
+	c, err := s.abandonAlone(ctx, row, count, cause)
+	switch {
+	case err != nil:
+		log.Error("abandoning a computation failed, and abandoning it alone too; the sweep tries again later",
+			"retry_in_passes", wait, "error", cause, "alone_error", err)
+		return nil
+	case c != nil:
+		log.Error("abandoning a computation failed every time: it is abandoned alone, and its node has failed",
+			"error", cause)
+	}
+	s.abandoning.forget(row.ID)
+	return c
+}
+
+// abandonAlone abandons an attempt still RUNNING under the same claim, without its execution:
+// nothing retries it, and its error, which says so and why, is its node's failure. It is for an
+// attempt whose abandonment with its execution failed every time: the execution cannot be
+// written, and the attempt must not keep its slot, or come back at every pass, for ever. It
+// returns nil if the attempt was no longer to abandon.
+func (s *Store) abandonAlone(ctx context.Context, row expired, failures int, cause error) (*Computation, error) {
+	msg := fmt.Sprintf("%s%s (%d tries), and abandoned it alone: %v", row.Reason, gaveUp, failures, cause)
+	msg = strings.ToValidUTF8(strings.ReplaceAll(msg, "\x00", ""), "\uFFFD")
+	if len(msg) > maxAbandonError {
+		msg = strings.ToValidUTF8(msg[:maxAbandonError], "")
+	}
+	var got []*Computation
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if err := s.boundLocks(ctx, tx); err != nil {
+			return err
+		}
+		err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'ABANDONED', error = ?, finished_at = coalesce(?::timestamptz, now())
+			WHERE id = ? AND state = 'RUNNING' AND claim_token = ?::uuid
+			RETURNING *`), msg, s.clock.NowOrNil(), row.ID, row.ClaimToken).Scan(ctx, &got)
+		if isNoRows(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("abandoning computation %d alone: %w", row.ID, err)
+	}
+	if len(got) == 0 {
+		return nil, nil
+	}
+	return got[0], nil
+}
+
+// maxAbandonError caps the error of an attempt abandoned alone, in bytes.
+const maxAbandonError = 4096
 
 // abandonOne abandons one attempt, if it is still RUNNING under the same claim and nobody holds
 // its row (its completion, say), and retries it or fails its node. It returns nil if it left the

@@ -1,0 +1,99 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/journey-go/journey/graph"
+)
+
+// holdExecutions locks the rows of executions ids in a transaction, until the test ends or the
+// returned function is called: whatever would write them waits for its lock timeout, and fails.
+func (b *bundle) holdExecutions(t *testing.T, ids ...string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.BeginTx(ctx, &sql.TxOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	_, err = tx.NewRaw(b.store.q("SELECT 1 FROM {s}.executions WHERE id IN (?) FOR UPDATE"), bun.List(ids)).Exec(ctx)
+	require.NoError(t, err)
+	return func() { require.NoError(t, tx.Rollback()) }
+}
+
+// One execution must never stop a pass: more expired attempts than a pass abandons, that cannot
+// be abandoned (their executions are held past the lock timeout), do not keep the pass from the
+// next one; and they sit out the next pass, rather than fill it.
+func TestSweepGoesOnPastAttemptsItCannotAbandon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.store = b.newStore(t, Config{Graphs: []*graph.Graph{b.g}, LockTimeout: 50 * time.Millisecond})
+	ctx := context.Background()
+	stuck := b.ready(t, 3)
+	require.Len(t, b.claimed(t, "dead"), 3) // a replica without a heartbeat: its work has expired
+	later := b.ready(t, 1)[0]
+	require.Len(t, b.claimed(t, "dead"), 1)
+	release := b.holdExecutions(t, stuck...)
+
+	res, err := b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1, "the pass goes on past the stuck attempts")
+	require.Equal(t, later, res.Abandoned[0].ExecutionID)
+	require.Equal(t, 3, res.Failed, "the pass tries every stuck attempt once")
+
+	res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 2})
+	require.NoError(t, err)
+	require.Zero(t, res.Failed, "the stuck attempts sit out the next pass")
+	require.Empty(t, res.Abandoned)
+
+	release()
+	res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 2})
+	require.NoError(t, err)
+	require.Zero(t, res.Failed)
+	require.Len(t, res.Abandoned, 2, "then they are tried again, a batch at a time")
+	res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	for _, id := range stuck {
+		require.Equal(t, 2, b.latest(t, id, "y").Attempt, "abandoned, and retried")
+	}
+}
+
+// An attempt that can never be abandoned with its execution is tried again less and less often,
+// and at last abandoned alone, with a readable reason: it does not come back at every pass for
+// ever.
+func TestSweepGivesUpOnAnAttemptItCanNeverAbandon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.store = b.newStore(t, Config{Graphs: []*graph.Graph{b.g}, LockTimeout: 50 * time.Millisecond})
+	ctx := context.Background()
+	stuck := b.ready(t, 1)[0]
+	c := b.claimOne(t, "dead")
+	b.holdExecutions(t, stuck)
+
+	failures, passes := 0, 0
+	var res SweepResult
+	for passes < 200 && len(res.Abandoned) == 0 {
+		var err error
+		res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 10})
+		require.NoError(t, err)
+		failures += res.Failed
+		passes++
+	}
+	require.Len(t, res.Abandoned, 1, "given up after %d passes", passes)
+	require.Equal(t, abandonGiveUp, failures)
+	require.Less(t, passes, 200)
+	require.Greater(t, passes, 2*abandonGiveUp, "it sat out more and more passes")
+
+	got := b.latest(t, stuck, "y")
+	require.Equal(t, c.ID, got.ID, "no retry")
+	require.Equal(t, StateAbandoned, got.State)
+	require.True(t, got.failedForGood(), "its node has failed")
+	require.Contains(t, *got.Error, ReasonReplica("dead")+gaveUp)
+	require.Contains(t, *got.Error, "lock timeout")
+	require.Equal(t, CategoryReplicaStale, ReasonCategory(*got.Error))
+}
