@@ -370,7 +370,7 @@ func (s *Store) failNode(ctx context.Context, tx *txn, st *execState, n graph.No
 		return nil
 	}
 	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", n.Name(), "error", cause)
-	msg := cause.Error()
+	msg := storable(cause.Error())
 	c := new(Computation)
 	err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
 		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
@@ -418,7 +418,7 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 	var finishedAt *time.Time
 	switch {
 	case keyErr != nil:
-		msg := keyErr.Error()
+		msg := storable(keyErr.Error())
 		state, errText, finishedAt = StateFailed, &msg, &st.now
 	case st.exec.ArchivedAt != nil:
 		reason := ReasonArchived

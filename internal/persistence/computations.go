@@ -224,6 +224,7 @@ func (s *Store) forgetUndueTicks(ctx context.Context, tx *txn, st *execState, c 
 
 // cancelAttempt marks a finished attempt CANCELED, with reason.
 func (s *Store) cancelAttempt(ctx context.Context, tx *txn, c *Computation, reason string) error {
+	reason = storable(reason)
 	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"), StateCanceled, reason, c.ID).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("canceling computation %d: %w", c.ID, err)
@@ -236,7 +237,7 @@ func (s *Store) cancelAttempt(ctx context.Context, tx *txn, c *Computation, reas
 // that the store called for it panicked.
 func (s *Store) failAttempt(ctx context.Context, tx *txn, st *execState, c *Computation, cause error) error {
 	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", c.Node, "error", cause)
-	msg := cause.Error()
+	msg := storable(cause.Error())
 	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ?, computed_with = ?::jsonb WHERE id = ?"),
 		StateFailed, msg, c.ComputedWith, c.ID).Exec(ctx)
 	if err != nil {

@@ -1,0 +1,33 @@
+package persistence
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestStorable(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                "",
+		"plain":           "plain",
+		"ünïcode ✓":       "ünïcode ✓",
+		"a\x00b\x00":      "a\uFFFDb\uFFFD",
+		"a\xffb\xc3":      "a\uFFFDb\uFFFD",
+		"\xe2\x9c x\x00y": "\uFFFD x\uFFFDy",
+	} {
+		require.Equal(t, want, storable(in), "storable(%q)", in)
+	}
+
+	at := strings.Repeat("a", maxTextBytes)
+	require.Equal(t, at, storable(at), "a text at the limit is kept whole")
+	long := strings.Repeat("✓", maxTextBytes) // 3 bytes each
+	got := storable(long)
+	require.LessOrEqual(t, len(got), maxTextBytes)
+	require.True(t, utf8.ValidString(got), "cut at a character boundary")
+	kept := strings.Count(got, "✓")
+	require.Equal(t, fmt.Sprintf("%s… (%d bytes cut)", strings.Repeat("✓", kept), len(long)-3*kept), got)
+}
