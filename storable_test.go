@@ -120,3 +120,65 @@ func TestConfigTextsMustBeStorable(t *testing.T) {
 		})
 	}
 }
+
+// badKeys is a graph whose nodes direct and down have a ConcurrencyKey that PostgreSQL cannot
+// store: direct's is computed when x is set, and down's when up completes, after y is set.
+func badKeys() *graph.Graph {
+	badKey := func(node string) graph.NodeOption {
+		return graph.ConcurrencyKey(func(v graph.Values) string { return "k\x00" + v.String(node) })
+	}
+	value := func(v string) graph.ComputeFunc {
+		return func(ctx context.Context, in graph.Values) (any, error) { return v, nil }
+	}
+	return graph.MustNew("badkeys", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Input("y"),
+		graph.Compute("direct", graph.Needs("x"), value("direct"), badKey("x")),
+		graph.Compute("up", graph.Needs("y"), value("up")),
+		graph.Compute("down", graph.Needs("up"), value("down"), badKey("up")),
+	})
+}
+
+// A ConcurrencyKey that returns a key PostgreSQL cannot store is a failing key function: a Set
+// that would create the node's attempt fails, saying why, and changes nothing.
+func TestConcurrencyKeyThatCannotBeStoredFailsTheSet(t *testing.T) {
+	t.Parallel()
+	g := badKeys()
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := quickCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+
+	_, err = rt.Set(ctx, ex.ID, "x", "a")
+	require.ErrorIs(t, err, journey.ErrInvalidValue)
+	require.ErrorContains(t, err, `the ConcurrencyKey of node "direct" returned a key that cannot be stored: `+
+		`it holds a NUL character (byte 1); a key is valid UTF-8 with no NUL character, at most 1024 bytes`)
+	after, err := rt.Load(ctx, ex.ID)
+	require.NoError(t, err)
+	require.Equal(t, ex.Revision, after.Revision, "the Set changed nothing")
+	_, err = rt.Get(ctx, ex.ID, "x")
+	require.ErrorIs(t, err, journey.ErrNotSet)
+	require.Empty(t, attempts(t, rt, ex.ID, "direct"))
+
+	_, err = rt.Start(ctx, g, journey.WithValues(map[string]any{"x": "a"}))
+	require.ErrorIs(t, err, journey.ErrInvalidValue, "a Start with the same values fails the same way")
+}
+
+// Computed while a completion advances the execution, a ConcurrencyKey that PostgreSQL cannot
+// store fails its own node, with the reason, and the completion is recorded.
+func TestConcurrencyKeyThatCannotBeStoredFailsItsNode(t *testing.T) {
+	t.Parallel()
+	g := badKeys()
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := quickCtx(t)
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"y": "b"}))
+	require.NoError(t, err)
+
+	v, err := rt.Get(ctx, ex.ID, "up", journey.WaitAny())
+	require.NoError(t, err, "the completion of up is recorded")
+	require.Equal(t, "up", v.String())
+	_, err = rt.Get(ctx, ex.ID, "down", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
+	require.ErrorContains(t, err, `the ConcurrencyKey of node "down" returned a key that cannot be stored: it holds a NUL character (byte 1)`)
+	require.Len(t, attempts(t, rt, ex.ID, "down"), 1, "down failed once, for good")
+}

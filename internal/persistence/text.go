@@ -10,6 +10,10 @@ import (
 // error, a delivery's send error. A longer one is cut, with a note of how many bytes were cut.
 const maxTextBytes = 4 << 10
 
+// maxKeyBytes caps a concurrency key. Keys are indexed, and PostgreSQL refuses an index entry
+// over about 2.7 kB.
+const maxKeyBytes = 1 << 10
+
 // cutNoteBytes is room enough for the note that storable puts after a text it cuts.
 const cutNoteBytes = 40
 
@@ -32,4 +36,23 @@ func storable(s string) string {
 		cut--
 	}
 	return fmt.Sprintf("%s… (%d bytes cut)", s[:cut], len(s)-cut)
+}
+
+// checkKey reports why k, a concurrency key, cannot be stored: it is longer than maxKeyBytes, it
+// is not valid UTF-8, or it holds a NUL character. The error says which; the caller names the key.
+func checkKey(k string) error {
+	if len(k) > maxKeyBytes {
+		return fmt.Errorf("it is %d bytes long, over the limit of %d", len(k), maxKeyBytes)
+	}
+	for i := 0; i < len(k); {
+		r, size := utf8.DecodeRuneInString(k[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return fmt.Errorf("it is not valid UTF-8 (byte %d is 0x%02x)", i, k[i])
+		case r == 0:
+			return fmt.Errorf("it holds a NUL character (byte %d)", i)
+		}
+		i += size
+	}
+	return nil
 }

@@ -31,3 +31,23 @@ func TestStorable(t *testing.T) {
 	kept := strings.Count(got, "✓")
 	require.Equal(t, fmt.Sprintf("%s… (%d bytes cut)", strings.Repeat("✓", kept), len(long)-3*kept), got)
 }
+
+func TestCheckKey(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]string{
+		"":                                 "",
+		"tenant-42":                        "",
+		"größe ✓":                          "",
+		strings.Repeat("k", maxKeyBytes):   "",
+		"k\x00":                            "it holds a NUL character (byte 1)",
+		"ab\xff":                           "it is not valid UTF-8 (byte 2 is 0xff)",
+		strings.Repeat("k", maxKeyBytes+1): "it is 1025 bytes long, over the limit of 1024",
+	} {
+		err := checkKey(key)
+		if want == "" {
+			require.NoError(t, err, "checkKey(%q)", key)
+		} else {
+			require.EqualError(t, err, want, "checkKey(%q)", key)
+		}
+	}
+}
