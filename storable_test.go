@@ -2,6 +2,7 @@ package journey_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -181,4 +182,31 @@ func TestConcurrencyKeyThatCannotBeStoredFailsItsNode(t *testing.T) {
 	require.ErrorIs(t, err, journey.ErrComputationFailed)
 	require.ErrorContains(t, err, `the ConcurrencyKey of node "down" returned a key that cannot be stored: it holds a NUL character (byte 1)`)
 	require.Len(t, attempts(t, rt, ex.ID, "down"), 1, "down failed once, for good")
+}
+
+// A result that passes every check but that PostgreSQL still refuses (a number beyond jsonb's
+// range) fails its own attempt at once, with the reason; its sibling is not held up.
+func TestOutcomeTheDatabaseRefusesFailsItsAttempt(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("refused", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("huge", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return json.Number("1e1000000"), nil
+		}),
+		graph.Compute("sibling", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return "fine", nil
+		}),
+	})
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := quickCtx(t)
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 1}))
+	require.NoError(t, err)
+
+	v, err := rt.Get(ctx, ex.ID, "sibling", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, "fine", v.String())
+	_, err = rt.Get(ctx, ex.ID, "huge", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
+	require.ErrorContains(t, err, "the outcome could not be stored: PostgreSQL refused it: value overflows numeric format (SQLSTATE 22003)")
+	require.Len(t, attempts(t, rt, ex.ID, "huge"), 1, "the refusal is for good")
 }

@@ -1,9 +1,12 @@
 package persistence
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // maxTextBytes caps a text that the store keeps from user code or from the network: an attempt's
@@ -55,4 +58,23 @@ func checkKey(k string) error {
 		i += size
 	}
 	return nil
+}
+
+// Refused reports whether err is PostgreSQL refusing what a write holds, rather than failing to
+// carry it out: a data exception (SQLSTATE class 22: a number out of range, an invalid byte
+// sequence) or a program limit (class 54: an index entry too large). The same write would be
+// refused again; trying it again cannot help. A lost connection, a restart, a deadlock or a
+// timeout is not a refusal.
+func Refused(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (strings.HasPrefix(pg.Code, "22") || strings.HasPrefix(pg.Code, "54"))
+}
+
+// refusal says, readably, why PostgreSQL refused a write (see Refused).
+func refusal(err error) string {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return fmt.Sprintf("PostgreSQL refused it: %s (SQLSTATE %s)", pg.Message, pg.Code)
+	}
+	return err.Error()
 }
