@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
@@ -213,6 +216,10 @@ func (c Config) validate() error {
 	}
 	if len(c.Graphs) == 0 {
 		errs = append(errs, errors.New("config: Graphs is empty: register the graphs this replica serves"))
+	}
+	if !utf8.ValidString(c.ReplicaID) || strings.ContainsFunc(c.ReplicaID, unicode.IsControl) {
+		// It is stored with every claim, and in the replica's heartbeat.
+		errs = append(errs, fmt.Errorf("config: ReplicaID %q must be valid UTF-8 with no control characters", c.ReplicaID))
 	}
 	seen := map[string]bool{}
 	for i, g := range c.Graphs {

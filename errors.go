@@ -24,8 +24,9 @@ var (
 	ErrUnknownGraph = persistence.ErrUnknownGraph
 	// ErrInvalidValue means a value or metadata cannot be stored: it is not JSON-encodable, it
 	// holds a NUL character (which PostgreSQL's jsonb rejects), or it is larger than
-	// Config.MaxValueBytes.
-	ErrInvalidValue = errors.New("journey: invalid value")
+	// Config.MaxValueBytes. A Set or Start also fails with it, and changes nothing, when the
+	// values it sets would give a node a concurrency key that cannot be stored.
+	ErrInvalidValue = persistence.ErrInvalidValue
 	// ErrStopped means the runtime was stopped.
 	ErrStopped = errors.New("journey: runtime stopped")
 )

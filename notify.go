@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/journey-go/journey/internal/persistence"
 )
@@ -99,6 +101,9 @@ func validateWebhooks(hooks []Webhook) []error {
 			errs = append(errs, fmt.Errorf("%s.URL is empty: give the http or https address to POST events to", field))
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s.URL %q is not a URL: %w", field, w.URL, err))
+		case !utf8.ValidString(w.URL) || strings.ContainsFunc(w.URL, unicode.IsControl):
+			// Each replica lists its webhooks in its heartbeat, and each delivery names its own.
+			errs = append(errs, fmt.Errorf("%s.URL %q is not valid UTF-8 with no control characters: percent-encode it", field, w.URL))
 		case u.Scheme != "http" && u.Scheme != "https":
 			errs = append(errs, fmt.Errorf("%s.URL %q: the scheme must be http or https", field, w.URL))
 		case u.Host == "":

@@ -19,8 +19,9 @@
 //	})
 //
 // New checks the whole graph and reports every problem at once, each naming its node: unknown
-// or duplicate names, cycles, options out of range or on the wrong kind of node, and more. The
-// error matches ErrInvalidGraph. MustNew panics instead, for graphs in package variables.
+// or duplicate names, names that are not 1 to 255 bytes of UTF-8 without control characters,
+// cycles, options out of range or on the wrong kind of node, and more. The error matches
+// ErrInvalidGraph. MustNew panics instead, for graphs in package variables.
 // ExampleNew and ExampleNew_invalid show both, with their output.
 //
 // # Node kinds

@@ -24,6 +24,9 @@ type Graph struct {
 // problem it finds at once, joined with errors.Join, one line per problem naming the node it
 // concerns; the error matches ErrInvalidGraph.
 //
+// The graph's name, its version and its nodes' names are each 1 to 255 bytes of valid UTF-8,
+// with no NUL or other control character.
+//
 // The version tells deployed definitions of one graph apart: change it when a change of the
 // nodes would not suit executions started before.
 func New(name, version string, nodes []Node, opts ...Option) (*Graph, error) {

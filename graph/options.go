@@ -173,7 +173,10 @@ func OnSave(fn func(ctx context.Context, e SaveEvent)) NodeOption {
 }
 
 // ConcurrencyKey allows at most one computation of the node per key to be available or
-// running, across all replicas. fn derives the key from the execution's values.
+// running, across all replicas. fn derives the key from the execution's values; an empty key
+// sets no limit. A key is valid UTF-8 with no NUL character, at most 1024 bytes: one that is not
+// fails the Set or Start that would create the node's attempt, and changes nothing, or, computed
+// after a completion or a sweep, fails the node, as a panic of fn does.
 func ConcurrencyKey(fn func(Values) string) NodeOption {
 	return func(o *nodeOptions) {
 		o.settings.ConcurrencyKey = fn

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // reservedNames are node names the runtime uses for its own columns.
@@ -12,6 +14,14 @@ var reservedNames = []string{"execution_id", "last_updated_at"}
 
 // maxIDPrefixLen is the length of the longest IDPrefix allowed.
 const maxIDPrefixLen = 16
+
+// maxNameBytes is the length in bytes of the longest graph name, version or node name allowed.
+// Names are stored in indexed columns, and a replica lists those of the graphs it serves in its
+// writes.
+const maxNameBytes = 255
+
+// shownNameBytes is how much of a name too long to be allowed a problem shows.
+const shownNameBytes = 40
 
 // validator collects the problems of a graph.
 type validator struct {
@@ -21,13 +31,13 @@ type validator struct {
 
 // graphf records a problem of the graph as a whole.
 func (v *validator) graphf(format string, args ...any) {
-	msg := fmt.Sprintf("graph %q: ", v.g.name) + fmt.Sprintf(format, args...)
+	msg := fmt.Sprintf("graph %s: ", shown(v.g.name)) + fmt.Sprintf(format, args...)
 	v.problems = append(v.problems, &problem{msg: msg})
 }
 
 // nodef records a problem of the node at position i.
 func (v *validator) nodef(i int, format string, args ...any) {
-	node := fmt.Sprintf("node %q", v.g.nodes[i].name)
+	node := "node " + shown(v.g.nodes[i].name)
 	if v.g.nodes[i].name == "" {
 		node = fmt.Sprintf("node #%d", i+1)
 	}
@@ -38,11 +48,11 @@ func (v *validator) nodef(i int, format string, args ...any) {
 // problems joined, or nil.
 func (g *Graph) validate(o *graphOptions, cycles [][]int) error {
 	v := &validator{g: g}
-	if g.name == "" {
-		v.graphf("name is empty")
+	if p := nameProblem(g.name); p != "" {
+		v.graphf("name %s", p)
 	}
-	if g.version == "" {
-		v.graphf("version is empty")
+	if p := nameProblem(g.version); p != "" {
+		v.graphf("version %s", p)
 	}
 	if len(g.nodes) == 0 {
 		v.graphf("has no nodes")
@@ -65,9 +75,9 @@ func (g *Graph) validate(o *graphOptions, cycles [][]int) error {
 // checkNode records the problems of the node at position i.
 func (v *validator) checkNode(i int) {
 	n := v.g.nodes[i]
-	switch {
-	case n.name == "":
-		v.nodef(i, "name is empty")
+	switch p := nameProblem(n.name); {
+	case p != "":
+		v.nodef(i, "name %s", p)
 	case slices.Contains(reservedNames, n.name):
 		v.nodef(i, "name is reserved (reserved names: %s)", strings.Join(reservedNames, ", "))
 	case v.g.index[n.name] != i:
@@ -95,6 +105,45 @@ func (v *validator) checkNode(i int) {
 	if n.kind == KindMutate {
 		v.checkTargets(i)
 	}
+}
+
+// nameProblem returns the rule that s, a graph's name or version or a node's name, breaks, or ""
+// if it breaks none. A name is 1 to maxNameBytes bytes of valid UTF-8, with no NUL or other
+// control character: PostgreSQL text cannot hold a NUL or invalid UTF-8, and a control character
+// makes a name that logs and operators cannot read.
+func nameProblem(s string) string {
+	const rules = "names are valid UTF-8 with no control characters"
+	switch {
+	case s == "":
+		return "is empty"
+	case len(s) > maxNameBytes:
+		return fmt.Sprintf("is %d bytes long, over the limit of %d", len(s), maxNameBytes)
+	}
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return fmt.Sprintf("is not valid UTF-8 (byte %d is 0x%02x); %s", i, s[i], rules)
+		case r == 0:
+			return fmt.Sprintf("holds a NUL character (byte %d); %s", i, rules)
+		case unicode.IsControl(r):
+			return fmt.Sprintf("holds the control character %U (byte %d); %s", r, i, rules)
+		}
+		i += size
+	}
+	return ""
+}
+
+// shown is name quoted for a problem, cut short if it is too long to be allowed.
+func shown(name string) string {
+	if len(name) <= maxNameBytes {
+		return fmt.Sprintf("%q", name)
+	}
+	cut := shownNameBytes
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q…", name[:cut])
 }
 
 // checkGate records the problems of a gate: a missing part, and references to unknown nodes.

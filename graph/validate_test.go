@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"cmp"
 	"errors"
 	"strings"
 	"testing"
@@ -326,6 +327,101 @@ func TestNewValidation(t *testing.T) {
 			require.ErrorIs(t, problems[0], ErrInvalidGraph)
 		})
 	}
+}
+
+// Names and versions are stored as PostgreSQL text, and every write of a replica lists the names
+// it serves: New refuses one that the database cannot hold, or that logs cannot show, and says
+// which rule it breaks.
+func TestNewChecksNames(t *testing.T) {
+	t.Parallel()
+
+	long := strings.Repeat("n", 256)
+	tests := []struct {
+		name           string
+		graph, version string
+		node           string
+		want           string // the one problem expected
+	}{
+		{
+			name:  "graph name with a NUL",
+			graph: "on\x00board",
+			want:  `graph "on\x00board": name holds a NUL character (byte 2); names are valid UTF-8 with no control characters`,
+		},
+		{
+			name:  "graph name not UTF-8",
+			graph: "caf\xe9",
+			want:  `graph "caf\xe9": name is not valid UTF-8 (byte 3 is 0xe9)`,
+		},
+		{
+			name:  "graph name too long",
+			graph: long,
+			want:  `graph "` + long[:40] + `"…: name is 256 bytes long, over the limit of 255`,
+		},
+		{
+			name:    "version with a NUL",
+			version: "v\x001",
+			want:    `graph "g": version holds a NUL character (byte 1)`,
+		},
+		{
+			name:    "version not UTF-8",
+			version: "v\xff",
+			want:    `graph "g": version is not valid UTF-8 (byte 1 is 0xff)`,
+		},
+		{
+			name:    "version with a newline",
+			version: "v1\n",
+			want:    `graph "g": version holds the control character U+000A (byte 2)`,
+		},
+		{
+			name:    "version too long",
+			version: long,
+			want:    `graph "g": version is 256 bytes long, over the limit of 255`,
+		},
+		{
+			name: "node name with a NUL",
+			node: "na\x00me",
+			want: `graph "g": node "na\x00me": name holds a NUL character (byte 2)`,
+		},
+		{
+			name: "node name not UTF-8",
+			node: "\xc3(",
+			want: `graph "g": node "\xc3(": name is not valid UTF-8 (byte 0 is 0xc3)`,
+		},
+		{
+			name: "node name with a tab",
+			node: "first\tname",
+			want: `graph "g": node "first\tname": name holds the control character U+0009 (byte 5)`,
+		},
+		{
+			name: "node name with a C1 control",
+			node: "name\u0085",
+			want: `graph "g": node "name\u0085": name holds the control character U+0085 (byte 4)`,
+		},
+		{
+			name: "node name too long",
+			node: long,
+			want: `graph "g": node "` + long[:40] + `"…: name is 256 bytes long, over the limit of 255`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			name, version, node := cmp.Or(tt.graph, "g"), cmp.Or(tt.version, "v1"), cmp.Or(tt.node, "a")
+			g, err := New(name, version, []Node{Input(node)})
+			require.Nil(t, g)
+			require.ErrorIs(t, err, ErrInvalidGraph)
+			problems := problemsOf(t, err)
+			require.Len(t, problems, 1, "problems: %v", err)
+			require.Contains(t, problems[0].Error(), tt.want)
+		})
+	}
+
+	// At the limit, and beyond ASCII, a name is fine.
+	limit := strings.Repeat("é", 127) + "n" // 255 bytes
+	g, err := New(limit, limit, []Node{Input(limit), Compute("größe", Needs(limit), noopCompute), Input("名前")})
+	require.NoError(t, err)
+	require.Equal(t, limit, g.Name())
 }
 
 func TestNewReportsEveryProblem(t *testing.T) {

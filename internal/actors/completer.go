@@ -63,7 +63,8 @@ func (c *completer) Receive(ctx actor.Context) {
 }
 
 // flush records the batch. If its transaction fails, each outcome is recorded alone, so that one
-// outcome the database refuses does not fail the others.
+// outcome the database refuses does not fail the others; one that it refuses even alone is
+// recorded as the attempt's failure, with the reason (see persistence.Store.RecordAlone).
 func (c *completer) flush() {
 	batch := c.batch
 	c.batch = nil
@@ -75,10 +76,10 @@ func (c *completer) flush() {
 	defer cancel()
 	c.tel.Batch(wctx, len(outs))
 	lost, err := c.store.Record(wctx, outs)
-	if err != nil && len(batch) > 1 {
+	if err != nil && (len(batch) > 1 || persistence.Refused(err)) {
 		c.logger.Warn("recording a batch of outcomes failed; recording each alone", "count", len(batch), "error", err)
 		for _, o := range batch {
-			o.reply <- recordAlone(wctx, c.store, o.out)
+			o.reply <- c.store.RecordAlone(wctx, o.out)
 		}
 		return
 	}
@@ -91,15 +92,6 @@ func (c *completer) flush() {
 	}
 }
 
-// recordAlone records one outcome with a transaction of its own.
-func recordAlone(ctx context.Context, store *persistence.Store, o persistence.Outcome) error {
-	lost, err := store.Record(ctx, []persistence.Outcome{o})
-	if err != nil {
-		return err
-	}
-	return lost[0]
-}
-
 // errNotRecorded means the completer stopped before it answered.
 var errNotRecorded = errors.New("the completer stopped")
 
@@ -109,7 +101,7 @@ func (env *computationEnv) recordOutcome(ctx context.Context, o persistence.Outc
 	reply := make(chan error, 1)
 	select {
 	case <-env.completerDone:
-		return recordAlone(ctx, env.store, o)
+		return env.store.RecordAlone(ctx, o)
 	default:
 		env.system.Root.Send(env.completer, outcome{out: o, reply: reply})
 	}
@@ -121,7 +113,7 @@ func (env *computationEnv) recordOutcome(ctx context.Context, o persistence.Outc
 		case err := <-reply: // answered as it stopped
 			return err
 		default:
-			return recordAlone(ctx, env.store, o)
+			return env.store.RecordAlone(ctx, o)
 		}
 	case <-ctx.Done():
 		return errors.Join(errNotRecorded, ctx.Err())

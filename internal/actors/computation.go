@@ -265,7 +265,7 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 // attempt returns. The write gets a context of its own so that a graceful stop still records
 // finished work; the fence rejects it if the claim was released or reclaimed meanwhile. A failed
 // write (the database restarting, say) is retried until it succeeds, the claim is lost, or
-// writeTimeout passes.
+// writeTimeout passes; one that the database refuses (persistence.Refused) is not.
 func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) (string, string, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
@@ -292,6 +292,9 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 		case errors.Is(err, persistence.ErrClaimLost):
 			a.log(slog.LevelInfo, "result dropped: the claim was lost", "outcome", reason)
 			return OutcomeDropped, telemetry.OutcomeClaimLost, err
+		case persistence.Refused(err): // refused as it is, and as a failure: trying again cannot help
+			a.log(slog.LevelError, "the database refused the outcome; the sweeper will retry the attempt", "error", err)
+			return "recording failed: " + err.Error(), "", err
 		}
 		a.log(slog.LevelWarn, "recording the outcome failed; retrying", "error", err, "outcome", reason, "retry_in", wait)
 		select {

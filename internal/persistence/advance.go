@@ -34,6 +34,9 @@ type execState struct {
 	work     bool              // a computation became AVAILABLE: NOTIFY the dispatchers
 	changed  bool              // a value or a node's outcome changed: NOTIFY the waiters
 	promote  bool              // a gated attempt was created or freed a slot: promote now
+	// caller: the write is a caller's Set or Start, which a concurrency key that cannot be stored
+	// fails (ErrInvalidValue), changing nothing; elsewhere such a key fails its node.
+	caller bool
 	// promoteLater: the promotion lock was busy, so promotion runs after the commit instead.
 	promoteLater bool
 }
@@ -370,7 +373,7 @@ func (s *Store) failNode(ctx context.Context, tx *txn, st *execState, n graph.No
 		return nil
 	}
 	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", n.Name(), "error", cause)
-	msg := cause.Error()
+	msg := storable(cause.Error())
 	c := new(Computation)
 	err := tx.NewRaw(s.q(`INSERT INTO {s}.computations
 		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
@@ -396,7 +399,8 @@ func clearable(n graph.Node) bool {
 // insertComputation creates an attempt. It is AVAILABLE at once, unless it must wait for delay,
 // a concurrency key or a parallel limit: then it is PENDING, and a gated one is promoted before
 // the transaction ends if a slot is free. In an archived execution it is CANCELED at once, until
-// Unarchive revives it. If the node's ConcurrencyKey panics, the node fails.
+// Unarchive revives it. If the node's ConcurrencyKey panics, or returns a key that cannot be
+// stored (see checkKey), the node fails; but a caller's write (st.caller) fails instead.
 func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n graph.Node, attempt int, sig signature, delay time.Duration) (*Computation, error) {
 	set := n.Settings()
 	var key *string
@@ -404,7 +408,14 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 	if set.ConcurrencyKey != nil {
 		var k string
 		k, keyErr = recovered("the ConcurrencyKey of node "+quote(n.Name()), func() string { return set.ConcurrencyKey(st.values) })
-		if k != "" {
+		if err := checkKey(k); keyErr == nil && err != nil {
+			keyErr = fmt.Errorf("the ConcurrencyKey of node %s returned a key that cannot be stored: %w; "+
+				"a key is valid UTF-8 with no NUL character, at most %d bytes", quote(n.Name()), err, maxKeyBytes)
+			if st.caller {
+				return nil, fmt.Errorf("%w: %w", ErrInvalidValue, keyErr)
+			}
+		}
+		if k != "" && keyErr == nil {
 			key = &k
 		}
 	}
@@ -418,7 +429,7 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 	var finishedAt *time.Time
 	switch {
 	case keyErr != nil:
-		msg := keyErr.Error()
+		msg := storable(keyErr.Error())
 		state, errText, finishedAt = StateFailed, &msg, &st.now
 	case st.exec.ArchivedAt != nil:
 		reason := ReasonArchived
@@ -461,7 +472,7 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 	case StateAvailable:
 		st.work = true
 	case StateFailed:
-		s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", n.Name(), "error", keyErr)
+		s.logger.Error("the node's concurrency key failed; the node has failed", "execution_id", st.exec.ID, "node", n.Name(), "error", keyErr)
 		if err := s.nodeFailed(ctx, tx, st, c, keyErr); err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -258,7 +259,7 @@ func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef
 // A value equal to the stored one keeps its revision. If the node's gate no longer holds, the
 // result is dropped and the attempt CANCELED.
 func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMessage, used map[string]int64) error {
-	return s.recordAlone(ctx, Outcome{C: c, Result: result, Used: used})
+	return s.RecordAlone(ctx, Outcome{C: c, Result: result, Used: used})
 }
 
 // forgetUndueTicks drops from a finished attempt's upstream revisions each tick whose value it
@@ -287,6 +288,7 @@ func (s *Store) forgetUndueTicks(ctx context.Context, tx *txn, st *execState, c 
 
 // cancelAttempt marks a finished attempt CANCELED, with reason.
 func (s *Store) cancelAttempt(ctx context.Context, tx *txn, c *Computation, reason string) error {
+	reason = storable(reason)
 	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"), StateCanceled, reason, c.ID).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("canceling computation %d: %w", c.ID, err)
@@ -299,7 +301,7 @@ func (s *Store) cancelAttempt(ctx context.Context, tx *txn, c *Computation, reas
 // that the store called for it panicked.
 func (s *Store) failAttempt(ctx context.Context, tx *txn, st *execState, c *Computation, cause error) error {
 	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", c.Node, "error", cause)
-	msg := cause.Error()
+	msg := storable(cause.Error())
 	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ?, computed_with = ?::jsonb WHERE id = ?"),
 		StateFailed, msg, c.ComputedWith, c.ID).Exec(ctx)
 	if err != nil {
@@ -320,14 +322,28 @@ func (s *Store) gatePanicked(ctx context.Context, tx *txn, st *execState, c *Com
 // Fail records a failed attempt, fenced by the claim. While attempts remain and the error is not
 // permanent, the next attempt is created with the node's backoff; otherwise the node has failed.
 func (s *Store) Fail(ctx context.Context, c *Computation, cause error) error {
-	return s.recordAlone(ctx, Outcome{C: c, Err: cause})
+	return s.RecordAlone(ctx, Outcome{C: c, Err: cause})
 }
 
-// recordAlone records one outcome.
-func (s *Store) recordAlone(ctx context.Context, o Outcome) error {
+// RecordAlone records one outcome in a transaction of its own, and returns nil, ErrClaimLost, or
+// the error of the transaction. If PostgreSQL refuses the outcome (see Refused: a value out of
+// jsonb's range, say), the same write would be refused again, and trying it again would only hold
+// the attempt: the attempt is recorded instead as failed for good, with the reason. An error that
+// Refused matches then means that even the failure could not be recorded.
+func (s *Store) RecordAlone(ctx context.Context, o Outcome) error {
 	lost, err := s.Record(ctx, []Outcome{o})
-	if err != nil {
+	if err == nil {
+		return lost[0]
+	}
+	if !Refused(err) {
 		return err
+	}
+	s.logger.Error("the database refused an outcome; the attempt has failed", "execution_id", o.C.ExecutionID,
+		"node", o.C.Node, "computation_id", o.C.ID, "error", err)
+	failed := Outcome{C: o.C, Err: graph.Permanent(errors.New("the outcome could not be stored: " + refusal(err))), Span: o.Span}
+	lost, ferr := s.Record(ctx, []Outcome{failed})
+	if ferr != nil {
+		return fmt.Errorf("%w; recording the attempt as failed: %w", err, ferr)
 	}
 	return lost[0]
 }

@@ -99,7 +99,8 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		// sees it before the commit. As CreateExecution does, advance it with no values first.
 		states = make([]*execState, len(ids))
 		for i, e := range inOrder(rows, ids) {
-			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{}}
+			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{},
+				caller: true}
 			if err := s.advance(ctx, t, st); err != nil {
 				return err
 			}
@@ -113,7 +114,11 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		// execution before it exists.
 		for i, st := range states {
 			if len(items[i]) > 0 {
-				if err := s.advance(ctx, t, st); err != nil {
+				err := s.advance(ctx, t, st)
+				if len(items) > 1 && errors.Is(err, ErrInvalidValue) {
+					err = fmt.Errorf("inputs[%d]: %w", i, err)
+				}
+				if err != nil {
 					return err
 				}
 			}
@@ -231,6 +236,7 @@ func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.Ra
 	}
 	var rev int64
 	err := s.write(ctx, id, nil, then, func(ctx context.Context, tx *txn, st *execState) error {
+		st.caller = true
 		for _, name := range append(slices.Clone(w.nodes), unset...) {
 			if err := CheckInput(st.g, name); err != nil {
 				return err

@@ -201,7 +201,7 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		case !now.Before(horizon) || (policy.MaxAttempts > 0 && attempts >= policy.MaxAttempts):
 			state = DeliveryDead
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
-				SET state = 'DEAD', attempts = ?, last_error = ? WHERE id = ?`), attempts, sendErr.Error(), n.DeliveryID).Exec(ctx)
+				SET state = 'DEAD', attempts = ?, last_error = ? WHERE id = ?`), attempts, storable(sendErr.Error()), n.DeliveryID).Exec(ctx)
 			s.logger.Error("notification dead: its retry horizon or its attempts are used up", "service", "delivery",
 				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
 				"age", now.Sub(n.CreatedAt), "error", sendErr)
@@ -209,7 +209,7 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 			state = DeliveryPending
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
 				SET attempts = ?, last_error = ?, next_attempt_at = ? WHERE id = ?`),
-				attempts, sendErr.Error(), next, n.DeliveryID).Exec(ctx)
+				attempts, storable(sendErr.Error()), next, n.DeliveryID).Exec(ctx)
 			s.logger.Warn("notification delivery failed; retrying", "service", "delivery",
 				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
 				"next_attempt_at", next, "error", sendErr)

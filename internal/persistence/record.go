@@ -113,7 +113,7 @@ func (s *Store) fenceAll(outs []Outcome, fenced *[]int64) step {
 		ids[i], replicas[i], tokens[i] = o.C.ID, deref(o.C.ReplicaID), deref(o.C.ClaimToken)
 		states[i] = StateSuccess
 		if o.Err != nil {
-			states[i], errs[i] = StateFailed, o.Err.Error()
+			states[i], errs[i] = StateFailed, storable(o.Err.Error())
 		} else if o.Used != nil {
 			used[i] = signature(o.Used).String()
 		}
@@ -163,7 +163,7 @@ func (s *Store) fenced(outs []Outcome, fenced []int64) []bool {
 		o.C.State = StateSuccess
 		if o.Err != nil {
 			o.C.State = StateFailed
-			msg := o.Err.Error()
+			msg := storable(o.Err.Error())
 			o.C.Error = &msg
 		} else if o.Used != nil {
 			o.C.ComputedWith = signature(o.Used).String()

@@ -34,6 +34,9 @@ var (
 	ErrNotInput = errors.New("journey: node is not an input")
 	// ErrUnknownGraph means the graph (name and version) is not registered on this replica.
 	ErrUnknownGraph = errors.New("journey: graph not registered")
+	// ErrInvalidValue means values given to a write cannot be stored, or would give a node a
+	// concurrency key that cannot be.
+	ErrInvalidValue = errors.New("journey: invalid value")
 	// ErrClaimLost means a fenced write matched no row: the computation was abandoned, released or
 	// claimed elsewhere, and its result must be dropped.
 	ErrClaimLost = errors.New("journey: claim lost")

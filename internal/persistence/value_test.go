@@ -42,6 +42,19 @@ func TestCheckValueAgreesWithJSONB(t *testing.T) {
 	}
 }
 
+// CheckValue rejects a JSON text that is not valid UTF-8, as jsonb does: a json.RawMessage keeps
+// its bytes through json.Marshal.
+func TestCheckValueRefusesInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	db := pgtest.DB(t)
+	for _, raw := range []string{"\"a\xffb\"", "[\"\xc3\"]", "{\"\xe2\x9c\": 1}"} {
+		_, err := db.ExecContext(t.Context(), "SELECT $1::jsonb", raw)
+		require.Error(t, err, "%q: PostgreSQL", raw)
+		require.ErrorContains(t, CheckValue(json.RawMessage(raw), 0), "not valid UTF-8", "%q", raw)
+	}
+	require.NoError(t, CheckValue(json.RawMessage(`"größe ✓"`), 0))
+}
+
 func TestCheckValueLimitsTheSize(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, CheckValue(json.RawMessage(`"12345678"`), 10), "at the limit")

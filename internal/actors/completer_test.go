@@ -1,0 +1,71 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/migrations"
+)
+
+// One outcome that PostgreSQL refuses (a number beyond jsonb's range, which no check before SQL
+// catches) fails the batch's transaction: the others are then recorded, each alone, and that one
+// is recorded as its attempt's failure, with the reason, at once.
+func TestCompleterIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	logger := slog.New(slog.DiscardHandler)
+	schema := pgtest.Schema(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	_, err := migrations.Migrate(ctx, db, schema, logger)
+	require.NoError(t, err)
+	g := graph.MustNew("batch", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return nil, nil }),
+	})
+	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger})
+	require.NoError(t, err)
+	for range 3 {
+		e, err := store.CreateExecution(ctx, g)
+		require.NoError(t, err)
+		_, err = store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
+		require.NoError(t, err)
+	}
+	claimed, err := store.Claim(ctx, "r1", 3)
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+
+	c := &completer{store: store, tel: telemetry.Disabled(), logger: logger}
+	results := []string{`1`, `1e1000000`, `3`}
+	for i, cl := range claimed {
+		c.batch = append(c.batch, outcome{out: persistence.Outcome{C: cl, Result: json.RawMessage(results[i])}, reply: make(chan error, 1)})
+	}
+	batch := c.batch
+	start := time.Now()
+	c.flush()
+	require.Less(t, time.Since(start), 10*time.Second, "the refused outcome is not retried until the write timeout")
+	for i, o := range batch {
+		require.NoError(t, <-o.reply, "outcome %d is recorded", i)
+	}
+	for i, cl := range claimed {
+		ns, err := store.NodeState(ctx, cl.ExecutionID, "y")
+		require.NoError(t, err)
+		if i == 1 {
+			require.True(t, ns.Failed(), "the refused outcome fails its attempt")
+			require.Equal(t, "the outcome could not be stored: PostgreSQL refused it: value overflows numeric format (SQLSTATE 22003)",
+				*ns.Latest.Error)
+			continue
+		}
+		require.Equal(t, persistence.StateSuccess, ns.Latest.State, "outcome %d", i)
+		require.JSONEq(t, results[i], string(ns.Value.Raw), "outcome %d", i)
+	}
+}

@@ -1,0 +1,96 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStorable(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                "",
+		"plain":           "plain",
+		"ünïcode ✓":       "ünïcode ✓",
+		"a\x00b\x00":      "a\uFFFDb\uFFFD",
+		"a\xffb\xc3":      "a\uFFFDb\uFFFD",
+		"\xe2\x9c x\x00y": "\uFFFD x\uFFFDy",
+	} {
+		require.Equal(t, want, storable(in), "storable(%q)", in)
+	}
+
+	at := strings.Repeat("a", maxTextBytes)
+	require.Equal(t, at, storable(at), "a text at the limit is kept whole")
+	long := strings.Repeat("✓", maxTextBytes) // 3 bytes each
+	got := storable(long)
+	require.LessOrEqual(t, len(got), maxTextBytes)
+	require.True(t, utf8.ValidString(got), "cut at a character boundary")
+	kept := strings.Count(got, "✓")
+	require.Equal(t, fmt.Sprintf("%s… (%d bytes cut)", strings.Repeat("✓", kept), len(long)-3*kept), got)
+}
+
+func TestCheckKey(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]string{
+		"":                                 "",
+		"tenant-42":                        "",
+		"größe ✓":                          "",
+		strings.Repeat("k", maxKeyBytes):   "",
+		"k\x00":                            "it holds a NUL character (byte 1)",
+		"ab\xff":                           "it is not valid UTF-8 (byte 2 is 0xff)",
+		strings.Repeat("k", maxKeyBytes+1): "it is 1025 bytes long, over the limit of 1024",
+	} {
+		err := checkKey(key)
+		if want == "" {
+			require.NoError(t, err, "checkKey(%q)", key)
+		} else {
+			require.EqualError(t, err, want, "checkKey(%q)", key)
+		}
+	}
+}
+
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	pg := func(code string) error { return fmt.Errorf("writing: %w", &pgconn.PgError{Code: code}) }
+	for err, want := range map[error]bool{
+		pg("22003"):              true,  // numeric value out of range
+		pg("22021"):              true,  // invalid byte sequence
+		pg("54000"):              true,  // index row too large
+		pg("08006"):              false, // connection failure
+		pg("40001"):              false, // serialization failure
+		pg("57P01"):              false, // admin shutdown
+		pg("42601"):              false, // syntax error
+		errors.New("plain"):      false,
+		context.DeadlineExceeded: false,
+	} {
+		require.Equal(t, want, Refused(err), "Refused(%v)", err)
+	}
+}
+
+// An outcome that PostgreSQL refuses even alone (here a number beyond jsonb's range, which no
+// check before SQL catches) fails its attempt for good, with the reason, rather than being
+// retried.
+func TestRecordAloneFailsAnOutcomeTheDatabaseRefuses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.ready(t, 1)
+	c := b.claimOne(t, "r1")
+
+	require.NoError(t, b.store.RecordAlone(ctx, Outcome{C: c, Result: json.RawMessage(`1e1000000`), Used: map[string]int64{"x": 1}}))
+	got := b.latest(t, ids[0], "y")
+	require.Equal(t, c.ID, got.ID, "no other attempt: the refusal is for good")
+	require.Equal(t, StateFailed, got.State)
+	require.Equal(t, "the outcome could not be stored: PostgreSQL refused it: value overflows numeric format (SQLSTATE 22003)",
+		deref(got.Error))
+	ns, err := b.store.NodeState(ctx, ids[0], "y")
+	require.NoError(t, err)
+	require.True(t, ns.Failed())
+}
