@@ -111,6 +111,10 @@ type Config struct {
 // committed once it has succeeded, or Aborted if it failed. A write's NOTIFY of the change comes
 // after its COMMIT, and may come before Committed. The calls must not block, and Committed must
 // neither change values nor keep them.
+//
+// Aborted does not mean that nothing was committed: an error that ends the connection as the
+// COMMIT is sent leaves the client not knowing, while the server may have committed, and sent
+// the NOTIFY. Whoever waits on the change must look again.
 type Handoff interface {
 	Committing(id string, rev int64)
 	Committed(id string, rev int64, values graph.Values)
@@ -122,6 +126,10 @@ type Hooks struct {
 	// Abandoning is called by a sweep inside the transaction that abandons c, once it holds the
 	// computation's row and its execution's lock: where a process that freezes holds the most.
 	Abandoning func(c *Computation)
+	// Committed is called after the server has accepted a write's COMMIT, before the Handoff
+	// hears of it, with the executions whose changes the write hands over. An error it returns is
+	// taken for the COMMIT's, as when the connection breaks before the client reads the answer.
+	Committed func(handed []string) error
 }
 
 // Store is the database layer of one replica.
