@@ -96,8 +96,8 @@ type Config struct {
 	Handoff Handoff
 	// Hooks are test-only knobs.
 	Hooks Hooks
-	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) waits for
-	// a lock. Default 3s.
+	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) and the
+	// recording of outcomes (Record) wait for a lock. Default 3s.
 	LockTimeout time.Duration
 	// Tracer makes the spans of the sweep's abandonments. Default: none.
 	Tracer trace.Tracer
