@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -389,12 +390,17 @@ func (s *Store) GraphOf(c *Computation) (*graph.Graph, graph.Node, bool) {
 }
 
 // channelName is the NOTIFY channel of a schema. Channel names are identifiers, at most 63 bytes:
-// a long schema name is shortened, with a hash of the whole name to keep it unique.
+// a long schema name is shortened, with a hash of the whole name to keep it unique. It is cut
+// between two characters: half of one would be invalid UTF-8, which LISTEN and NOTIFY refuse.
 func channelName(schema string) string {
 	name := "journey:" + schema
 	if len(name) <= 63 {
 		return name
 	}
 	sum := sha256.Sum256([]byte(schema))
-	return name[:50] + ":" + hex.EncodeToString(sum[:6])
+	cut := 50
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + ":" + hex.EncodeToString(sum[:6])
 }
