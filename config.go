@@ -130,9 +130,9 @@ type Config struct {
 	IdleInTransactionTimeout time.Duration
 	// LockTimeout is PostgreSQL's lock_timeout for the runtime's background work: sweeps, tick
 	// wake-ups and promotions give up on a lock held longer (by a frozen replica, say), and try
-	// again at their next pass, instead of stalling every replica behind it. Calls such as Set,
-	// and the recording of a computation's outcome, wait for as long as their context allows.
-	// Default 3s.
+	// again at their next pass, instead of stalling every replica behind it. The recording of
+	// computations' outcomes gives up too, logs who held the lock, and tries again. Calls such as
+	// Set wait for as long as their context allows. Default 3s.
 	LockTimeout time.Duration
 	// Retention: finished attempts (all but the newest of each node, which decides what runs
 	// next), value history and delivered notifications older than this are deleted by the

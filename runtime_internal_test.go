@@ -147,7 +147,8 @@ func TestWaiterHandedTheCommittedValue(t *testing.T) {
 }
 
 // The NOTIFY of a change that a write of this replica is committing wakes no one: the writer
-// hands the value over once it has committed, or, if the commit failed, the NOTIFY was never sent.
+// hands the value over once it has committed, or, if the commit failed, wakes the waiters to look
+// again, as the server may have committed it all the same.
 func TestWaiterWokenByTheWriterOfItsChange(t *testing.T) {
 	t.Parallel()
 	w := newWaiters()
@@ -166,6 +167,14 @@ func TestWaiterWokenByTheWriterOfItsChange(t *testing.T) {
 	w.Aborted("e1", 5)
 	w.wake("e1", 5)
 	require.True(t, woken(wt), "nothing is committing revision 5")
+	require.Nil(t, wt.handed.Load())
+
+	// The server committed revision 6 and sent its NOTIFY, but the client saw an error.
+	w.Committing("e1", 6)
+	w.wake("e1", 6)
+	require.False(t, woken(wt), "the writer of revision 6 wakes it")
+	w.Aborted("e1", 6)
+	require.True(t, woken(wt), "the commit of revision 6 may have succeeded: look again")
 	require.Nil(t, wt.handed.Load())
 
 	w.Committing("e2", 1) // no one waits on e2: nothing to wait for

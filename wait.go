@@ -16,7 +16,8 @@ type waiters struct {
 	mu sync.Mutex
 	m  map[string]map[*waiter]struct{}
 	// committing are the changes that writes of this replica are committing, to executions with
-	// waiters: their NOTIFY wakes no one, as the writer hands the value over when it returns.
+	// waiters: their NOTIFY wakes no one, as the writer hands the value over when it returns, or
+	// wakes them to look again if its COMMIT failed.
 	committing map[change]struct{}
 }
 
@@ -150,11 +151,17 @@ func (w *waiters) Committed(id string, rev int64, values graph.Values) {
 	}
 }
 
-// Aborted implements persistence.Handoff.
+// Aborted implements persistence.Handoff. The COMMIT failed, or its outcome is unknown: the
+// server may have committed the change, and sent its NOTIFY, which wake dropped. So it wakes the
+// waiters that have not seen revision rev, to look again; if nothing was committed, their look
+// finds nothing new, and they wait on.
 func (w *waiters) Aborted(id string, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.committing, change{id, rev})
+	for wt := range w.m[id] {
+		wt.changed(rev, nil)
+	}
 }
 
 func (w *waiters) wakeAll() {

@@ -518,7 +518,7 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	}
 	var changed []string
 	for _, st := range sts {
-		work = work || st.work
+		work = work || st.work || st.leftAvailable()
 		switch {
 		case st.changed && st.revision != st.exec.Revision:
 			changed = append(changed, st.exec.ID+"@"+strconv.FormatInt(st.revision, 10))
@@ -537,6 +537,19 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	t.atCommit(s.q(finishQuery), append(created,
 		s.clock.NowOrNil(), ids, revs, wakes, setWake, s.channel, payloads)...)
 	return nil
+}
+
+// leftAvailable reports whether the execution has an AVAILABLE attempt after the write: a claim
+// that ran while the write held the execution's row skipped it, and waits for the write's
+// NOTIFY, which must then announce work, though the write made none. A sibling's completion is
+// such a write: without it, attempts beyond the free workers waited for the poll.
+func (st *execState) leftAvailable() bool {
+	for _, c := range st.latest {
+		if c.State == StateAvailable {
+			return true
+		}
+	}
+	return false
 }
 
 // finishQuery ends a write: it inserts the attempts created ($1 to $17, in the order they were

@@ -62,6 +62,9 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 		s.handoff.Committing(st.exec.ID, st.revision)
 	}
 	err = t.send(ctx, append(t.tail, step{sql: "COMMIT"})...)
+	if err == nil && s.hooks.Committed != nil {
+		err = s.hooks.Committed(t.handed())
+	}
 	for _, st := range t.handing {
 		if err == nil {
 			s.handoff.Committed(st.exec.ID, st.revision, st.values)
@@ -74,6 +77,15 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 		return fmt.Errorf("committing: %w", err)
 	}
 	return nil
+}
+
+// handed returns the ids of the executions in t.handing.
+func (t *txn) handed() []string {
+	ids := make([]string, len(t.handing))
+	for i, st := range t.handing {
+		ids[i] = st.exec.ID
+	}
+	return ids
 }
 
 // pgxOf returns the pgx connection under conn, which database/sql lends for as long as conn is

@@ -34,6 +34,9 @@ type Outcome struct {
 // The fences are one statement, and so are the loads of the executions, their values and their
 // newest attempts, the revisions written back and the notifications; the executions are locked in
 // id order. An error of the transaction is returned for the whole batch: nothing was written.
+// The transaction waits for no lock longer than the store's lock timeout: a batch must not stall
+// behind one execution that another transaction holds, while the heartbeats of its attempts, whose
+// rows it holds, report them busy. It then fails with ErrLockTimeout, naming what it waited for.
 func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 	lost := make([]error, len(outs))
 	var done []*execState
@@ -96,6 +99,9 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		done = sts
 		return nil
 	})
+	if isLockTimeout(err) {
+		return nil, s.recordGaveUp(ctx, outs, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -123,9 +129,14 @@ func (s *Store) fenceAll(outs []Outcome, fenced *[]int64) step {
 	// through a partial index on RUNNING attempts, scanning every running attempt of the replica for
 	// each outcome. A generic plan made while that index was small would keep doing so. The
 	// attempt of a lost claim is locked too, until the commit, and left as it is.
+	//
+	// The lock timeout ($8) is set for the rest of the transaction as o is read, before any row is
+	// locked, at no statement of its own: set_config is volatile, so o is read once, and whole,
+	// before the lateral lookups.
 	return step{s.q(`WITH o AS (
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[])
-				AS o(id, replica_id, token, state, error, computed_with)),
+				AS o(id, replica_id, token, state, error, computed_with)
+			WHERE set_config('lock_timeout', $8, true) IS NOT NULL),
 		held AS MATERIALIZED (SELECT o.* FROM (SELECT * FROM o ORDER BY o.id) o
 			CROSS JOIN LATERAL (SELECT c.state, c.replica_id, c.claim_token FROM {s}.computations c
 				WHERE c.id = o.id OFFSET 0 FOR UPDATE) c
@@ -136,7 +147,7 @@ func (s *Store) fenceAll(outs []Outcome, fenced *[]int64) step {
 			finished_at = coalesce($7::timestamptz, now())
 		FROM held h WHERE c.id = h.id
 		RETURNING c.id`),
-		[]any{ids, replicas, tokens, states, errs, used, s.clock.NowOrNil()},
+		[]any{ids, replicas, tokens, states, errs, used, s.clock.NowOrNil(), s.lockTimeoutSetting()},
 		func(br pgx.BatchResults) error {
 			rows, err := br.Query()
 			if err != nil {

@@ -256,3 +256,42 @@ func TestConcurrentSetsSeeEachOther(t *testing.T) {
 			comps[0].ComputedWith)
 	}
 }
+
+// A completion that leaves AVAILABLE siblings in its execution announces work, though it made
+// none: a claim that ran while the completion held the execution's row skipped them, and waits
+// for that NOTIFY; without it they waited for the poll.
+func TestRecordAnnouncesTheSiblingsItHeldFromTheClaims(t *testing.T) {
+	t.Parallel()
+	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
+	g := graph.MustNew("siblings", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("a", graph.Needs("x"), one),
+		graph.Compute("b", graph.Needs("x"), one),
+		graph.Compute("c", graph.Needs("x"), one),
+	})
+	b := setup(t, g)
+	ctx := context.Background()
+	b.start(t, g, map[string]any{"x": 1})
+	claimed, err := b.store.Claim(ctx, "r1", 1)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(ctx) }()
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{b.store.channel}.Sanitize())
+	require.NoError(t, err)
+	lost, err := b.store.Record(ctx, []Outcome{{C: claimed[0], Result: json.RawMessage(`1`), Used: map[string]int64{"x": 1}}})
+	require.NoError(t, err)
+	require.NoError(t, lost[0])
+
+	var payloads []string
+	for !slices.ContainsFunc(payloads, func(p string) bool { return strings.HasPrefix(p, PayloadExecution) }) {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		note, err := conn.WaitForNotification(wctx)
+		cancel()
+		require.NoError(t, err, "the change was announced")
+		payloads = append(payloads, note.Payload)
+	}
+	require.Contains(t, payloads, PayloadWork, "the siblings left AVAILABLE are announced with the change")
+}

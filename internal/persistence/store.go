@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -99,8 +100,8 @@ type Config struct {
 	Handoff Handoff
 	// Hooks are test-only knobs.
 	Hooks Hooks
-	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) waits for
-	// a lock. Default 3s.
+	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) and the
+	// recording of outcomes (Record) wait for a lock. Default 3s.
 	LockTimeout time.Duration
 	// Tracer makes the spans of the sweep's abandonments. Default: none.
 	Tracer trace.Tracer
@@ -114,6 +115,10 @@ type Config struct {
 // committed once it has succeeded, or Aborted if it failed. A write's NOTIFY of the change comes
 // after its COMMIT, and may come before Committed. The calls must not block, and Committed must
 // neither change values nor keep them.
+//
+// Aborted does not mean that nothing was committed: an error that ends the connection as the
+// COMMIT is sent leaves the client not knowing, while the server may have committed, and sent
+// the NOTIFY. Whoever waits on the change must look again.
 type Handoff interface {
 	Committing(id string, rev int64)
 	Committed(id string, rev int64, values graph.Values)
@@ -125,6 +130,10 @@ type Hooks struct {
 	// Abandoning is called by a sweep inside the transaction that abandons c, once it holds the
 	// computation's row and its execution's lock: where a process that freezes holds the most.
 	Abandoning func(c *Computation)
+	// Committed is called after the server has accepted a write's COMMIT, before the Handoff
+	// hears of it, with the executions whose changes the write hands over. An error it returns is
+	// taken for the COMMIT's, as when the connection breaks before the client reads the answer.
+	Committed func(handed []string) error
 }
 
 // Store is the database layer of one replica.
@@ -389,12 +398,17 @@ func (s *Store) GraphOf(c *Computation) (*graph.Graph, graph.Node, bool) {
 }
 
 // channelName is the NOTIFY channel of a schema. Channel names are identifiers, at most 63 bytes:
-// a long schema name is shortened, with a hash of the whole name to keep it unique.
+// a long schema name is shortened, with a hash of the whole name to keep it unique. It is cut
+// between two characters: half of one would be invalid UTF-8, which LISTEN and NOTIFY refuse.
 func channelName(schema string) string {
 	name := "journey:" + schema
 	if len(name) <= 63 {
 		return name
 	}
 	sum := sha256.Sum256([]byte(schema))
-	return name[:50] + ":" + hex.EncodeToString(sum[:6])
+	cut := 50
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + ":" + hex.EncodeToString(sum[:6])
 }

@@ -1,0 +1,89 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/uptrace/bun/dialect/pgdialect"
+)
+
+// ErrLockTimeout means a write gave up on a row that another transaction held for longer than
+// the store's lock timeout. Nothing was written: try again.
+var ErrLockTimeout = errors.New("journey: gave up waiting for a lock")
+
+// isLockTimeout reports whether err is PostgreSQL's lock_not_available, which lock_timeout raises.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// lockTimeoutSetting is the store's lock timeout as a value of lock_timeout.
+func (s *Store) lockTimeoutSetting() string {
+	return strconv.FormatInt(max(s.lockTimeout.Milliseconds(), 1), 10) + "ms"
+}
+
+// recordGaveUp logs what a Record that gave up on a lock (err) waited for, and returns the error
+// it fails with: ErrLockTimeout, naming the rows of outs that another transaction holds.
+func (s *Store) recordGaveUp(ctx context.Context, outs []Outcome, err error) error {
+	held := s.heldBy(ctx, outs)
+	var pgErr *pgconn.PgError
+	errors.As(err, &pgErr)
+	s.logger.Warn("recording outcomes gave up waiting for a lock; they will be retried",
+		"lock_timeout", s.lockTimeout, "count", len(outs), "held_by", held, "waited_for", pgErr.Where, "error", err)
+	what := strings.Join(held, "; ")
+	if what == "" { // released meanwhile, or held by several transactions at once
+		ids := make([]string, len(outs))
+		for i, o := range outs {
+			ids[i] = o.C.ExecutionID
+		}
+		what = "the rows of executions " + strings.Join(ids, ", ") + " or of their attempts"
+	}
+	return fmt.Errorf("%w: recording %d outcome(s) waited longer than %s for %s: %w", ErrLockTimeout, len(outs), s.lockTimeout, what, err)
+}
+
+// heldBy describes the transactions that hold the rows of the executions and attempts of outs,
+// for the log: "execution X held by pid 123 (idle in transaction since …: SELECT …)". It is
+// best-effort: a row's xmax names the transaction that locks it, unless several do (a
+// multixact); such rows, and any error, are left out.
+func (s *Store) heldBy(ctx context.Context, outs []Outcome) []string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	execs, attempts := make([]string, len(outs)), make([]int64, len(outs))
+	for i, o := range outs {
+		execs[i], attempts[i] = o.C.ExecutionID, o.C.ID
+	}
+	var rows []struct {
+		What      string     `bun:"what"`
+		PID       int        `bun:"pid"`
+		State     string     `bun:"state"`
+		XactStart *time.Time `bun:"xact_start"`
+		Query     string     `bun:"query"`
+	}
+	err := s.db.NewRaw(s.q(`SELECT h.what, a.pid, coalesce(a.state, '') AS state, a.xact_start,
+			coalesce(left(a.query, 200), '') AS query
+		FROM (SELECT 'execution ' || e.id AS what, e.xmax FROM {s}.executions e WHERE e.id = ANY(?::text[])
+			UNION ALL
+			SELECT 'attempt ' || c.id, c.xmax FROM {s}.computations c WHERE c.id = ANY(?::bigint[])) h
+		JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = h.xmax AND l.granted
+		JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE a.pid <> pg_backend_pid()
+		ORDER BY h.what`), pgdialect.Array(execs), pgdialect.Array(attempts)).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		s.logger.Debug("finding who holds the rows a write waited for failed", "error", err)
+		return nil
+	}
+	held := make([]string, len(rows))
+	for i, r := range rows {
+		since := ""
+		if r.XactStart != nil {
+			since = " since " + r.XactStart.Format(time.RFC3339)
+		}
+		held[i] = fmt.Sprintf("%s held by pid %d (%s%s: %s)", r.What, r.PID, r.State, since, r.Query)
+	}
+	return held
+}
