@@ -64,7 +64,9 @@ func (c *completer) Receive(ctx actor.Context) {
 
 // flush records the batch. If its transaction fails, each outcome is recorded alone, so that one
 // outcome the database refuses does not fail the others; one that it refuses even alone is
-// recorded as the attempt's failure, with the reason (see persistence.Store.RecordAlone).
+// recorded as the attempt's failure, with the reason (see persistence.Store.RecordAlone). Once an
+// execution's row is found held past the lock timeout, the other outcomes of that execution get
+// the same error at once, for their computations to retry, so that the others are not held back.
 func (c *completer) flush() {
 	batch := c.batch
 	c.batch = nil
@@ -78,8 +80,17 @@ func (c *completer) flush() {
 	lost, err := c.store.Record(wctx, outs)
 	if err != nil && (len(batch) > 1 || persistence.Refused(err)) {
 		c.logger.Warn("recording a batch of outcomes failed; recording each alone", "count", len(batch), "error", err)
+		held := map[string]error{}
 		for _, o := range batch {
-			o.reply <- c.store.RecordAlone(wctx, o.out)
+			if err, ok := held[o.out.C.ExecutionID]; ok {
+				o.reply <- err
+				continue
+			}
+			err := c.store.RecordAlone(wctx, o.out)
+			if errors.Is(err, persistence.ErrLockTimeout) {
+				held[o.out.C.ExecutionID] = err
+			}
+			o.reply <- err
 		}
 		return
 	}

@@ -3,10 +3,12 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
@@ -68,4 +70,66 @@ func TestCompleterIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 		require.Equal(t, persistence.StateSuccess, ns.Latest.State, "outcome %d", i)
 		require.JSONEq(t, results[i], string(ns.Value.Raw), "outcome %d", i)
 	}
+}
+
+// An execution whose row another transaction holds fails the batch after the lock timeout; of its
+// outcomes recorded alone, the first waits for the lock again, and the others get its error at
+// once, so that the held execution costs two lock timeouts, not one for each of its outcomes.
+func TestCompleterWaitsOnceForAHeldExecution(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	logger := slog.New(slog.DiscardHandler)
+	schema := pgtest.Schema(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	_, err := migrations.Migrate(ctx, db, schema, logger)
+	require.NoError(t, err)
+	nodes := []graph.Node{graph.Input("x")}
+	for i := range 10 {
+		nodes = append(nodes, graph.Compute(fmt.Sprintf("y%d", i), graph.Needs("x"),
+			func(ctx context.Context, in graph.Values) (any, error) { return nil, nil }))
+	}
+	g := graph.MustNew("wide", "v1", nodes)
+	const lockTimeout = 300 * time.Millisecond
+	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger,
+		LockTimeout: lockTimeout})
+	require.NoError(t, err)
+	var ids []string
+	for range 2 {
+		e, err := store.CreateExecution(ctx, g)
+		require.NoError(t, err)
+		_, err = store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
+		require.NoError(t, err)
+		ids = append(ids, e.ID)
+	}
+	claimed, err := store.Claim(ctx, "r1", 20)
+	require.NoError(t, err)
+	require.Len(t, claimed, 20)
+
+	holder, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	defer func() { _ = holder.Close(context.Background()) }()
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "executions"}.Sanitize()+" WHERE id = $1 FOR UPDATE", ids[0])
+	require.NoError(t, err)
+
+	c := &completer{store: store, tel: telemetry.Disabled(), logger: logger}
+	for _, cl := range claimed {
+		c.batch = append(c.batch, outcome{out: persistence.Outcome{C: cl, Result: json.RawMessage(`1`)}, reply: make(chan error, 1)})
+	}
+	batch := c.batch
+	start := time.Now()
+	c.flush()
+	took := time.Since(start)
+	for _, o := range batch {
+		err := <-o.reply
+		if o.out.C.ExecutionID == ids[0] {
+			require.ErrorIs(t, err, persistence.ErrLockTimeout, "the held execution's outcomes are retried later")
+		} else {
+			require.NoError(t, err, "the other execution's outcomes are recorded")
+		}
+	}
+	require.Less(t, took, 2*time.Second, "ten outcomes of the held execution, and it waited for the lock %v", took)
 }
