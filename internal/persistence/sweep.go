@@ -332,11 +332,7 @@ func (s *Store) abandonFailed(ctx context.Context, pass int64, row expired, caus
 // written, and the attempt must not keep its slot, or come back at every pass, for ever. It
 // returns nil if the attempt was no longer to abandon.
 func (s *Store) abandonAlone(ctx context.Context, row expired, failures int, cause error) (*Computation, error) {
-	msg := fmt.Sprintf("%s%s (%d tries), and abandoned it alone: %v", row.Reason, gaveUp, failures, cause)
-	msg = strings.ToValidUTF8(strings.ReplaceAll(msg, "\x00", ""), "\uFFFD")
-	if len(msg) > maxAbandonError {
-		msg = strings.ToValidUTF8(msg[:maxAbandonError], "")
-	}
+	msg := storable(fmt.Sprintf("%s%s (%d tries), and abandoned it alone: %v", row.Reason, gaveUp, failures, cause))
 	var got []*Computation
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if err := s.boundLocks(ctx, tx); err != nil {
@@ -358,9 +354,6 @@ func (s *Store) abandonAlone(ctx context.Context, row expired, failures int, cau
 	}
 	return got[0], nil
 }
-
-// maxAbandonError caps the error of an attempt abandoned alone, in bytes.
-const maxAbandonError = 4096
 
 // abandonOne abandons one attempt, if it is still RUNNING under the same claim and nobody holds
 // its row (its completion, say), and retries it or fails its node. It returns nil if it left the
