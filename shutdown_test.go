@@ -84,11 +84,7 @@ func TestStopReleasesWhileTheDispatcherIsBusy(t *testing.T) {
 	}
 
 	// A replica of another graph reads the attempts, and claims none of them.
-	other := graph.MustNew("other", "v1", []graph.Node{graph.Input("y")})
-	ocfg := testConfig(t, other)
-	ocfg.Schema, ocfg.ReplicaID = cfg.Schema, "observer"
-	observer := newRuntime(t, ocfg)
-	got := attempts(t, observer, ex.ID, "slow")
+	got := attempts(t, observer(t, cfg.Schema), ex.ID, "slow")
 	require.Len(t, got, 1)
 	require.Equal(t, journey.StateAvailable, got[0].State, "released for another replica")
 	require.Equal(t, 1, got[0].Attempt, "the release consumed no attempt")
@@ -129,10 +125,7 @@ func TestStopLeavesADeafFunctionToItsHeartbeatDeadline(t *testing.T) {
 	require.NoError(t, rt.Stop(stopCtx(t)))
 
 	// A replica of another graph reads what the stop left.
-	other := graph.MustNew("other", "v1", []graph.Node{graph.Input("y")})
-	ocfg := testConfig(t, other)
-	ocfg.Schema, ocfg.ReplicaID = cfg.Schema, "observer"
-	observer := newRuntime(t, ocfg)
+	observer := observer(t, cfg.Schema)
 	got := attempts(t, observer, ex.ID, "deaf")
 	require.Len(t, got, 1)
 	require.Equal(t, journey.StateRunning, got[0].State, "not released while its function runs")
@@ -159,6 +152,15 @@ func TestStopLeavesADeafFunctionToItsHeartbeatDeadline(t *testing.T) {
 	require.False(t, got[0].FinishedAt.Before(*got[0].HeartbeatDeadline), "taken over only once its heartbeat deadline had passed")
 	require.Equal(t, journey.StateSuccess, got[1].State)
 	require.Equal(t, "taking-over", got[1].ReplicaID)
+}
+
+// observer starts a replica of another graph on schema, which reads the executions there and
+// claims none of their attempts.
+func observer(t *testing.T, schema string) *journey.Runtime {
+	t.Helper()
+	cfg := testConfig(t, graph.MustNew("other", "v1", []graph.Node{graph.Input("y")}))
+	cfg.Schema, cfg.ReplicaID = schema, "observer"
+	return newRuntime(t, cfg)
 }
 
 func TestStopWaitsForOnSaveOnlyUntilCtxEnds(t *testing.T) {

@@ -25,28 +25,11 @@ func TestCompleterIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	logger := slog.New(slog.DiscardHandler)
-	schema := pgtest.Schema(t)
-	db := pgtest.BunDB(t, pgtest.URL(t))
-	_, err := migrations.Migrate(ctx, db, schema, logger)
-	require.NoError(t, err)
 	g := graph.MustNew("batch", "v1", []graph.Node{
 		graph.Input("x"),
 		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return nil, nil }),
 	})
-	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger})
-	require.NoError(t, err)
-	for range 3 {
-		e, err := store.CreateExecution(ctx, g)
-		require.NoError(t, err)
-		_, err = store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
-		require.NoError(t, err)
-	}
-	claimed, err := store.Claim(ctx, "r1", 3)
-	require.NoError(t, err)
-	require.Len(t, claimed, 3)
-
-	c := &completer{store: store, tel: telemetry.Disabled(), logger: logger}
+	c, _, claimed := completerSetup(ctx, t, g, 3, 0)
 	results := []string{`1`, `1e1000000`, `3`}
 	for i, cl := range claimed {
 		c.batch = append(c.batch, outcome{out: persistence.Outcome{C: cl, Result: json.RawMessage(results[i])}, reply: make(chan error, 1)})
@@ -59,7 +42,7 @@ func TestCompleterIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 		require.NoError(t, <-o.reply, "outcome %d is recorded", i)
 	}
 	for i, cl := range claimed {
-		ns, err := store.NodeState(ctx, cl.ExecutionID, "y")
+		ns, err := c.store.NodeState(ctx, cl.ExecutionID, "y")
 		require.NoError(t, err)
 		if i == 1 {
 			require.True(t, ns.Failed(), "the refused outcome fails its attempt")
@@ -79,32 +62,13 @@ func TestCompleterWaitsOnceForAHeldExecution(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	logger := slog.New(slog.DiscardHandler)
-	schema := pgtest.Schema(t)
-	db := pgtest.BunDB(t, pgtest.URL(t))
-	_, err := migrations.Migrate(ctx, db, schema, logger)
-	require.NoError(t, err)
 	nodes := []graph.Node{graph.Input("x")}
 	for i := range 10 {
 		nodes = append(nodes, graph.Compute(fmt.Sprintf("y%d", i), graph.Needs("x"),
 			func(ctx context.Context, in graph.Values) (any, error) { return nil, nil }))
 	}
 	g := graph.MustNew("wide", "v1", nodes)
-	const lockTimeout = 300 * time.Millisecond
-	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger,
-		LockTimeout: lockTimeout})
-	require.NoError(t, err)
-	var ids []string
-	for range 2 {
-		e, err := store.CreateExecution(ctx, g)
-		require.NoError(t, err)
-		_, err = store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
-		require.NoError(t, err)
-		ids = append(ids, e.ID)
-	}
-	claimed, err := store.Claim(ctx, "r1", 20)
-	require.NoError(t, err)
-	require.Len(t, claimed, 20)
+	c, ids, claimed := completerSetup(ctx, t, g, 2, 300*time.Millisecond)
 
 	holder, err := pgx.Connect(ctx, pgtest.URL(t))
 	require.NoError(t, err)
@@ -112,10 +76,9 @@ func TestCompleterWaitsOnceForAHeldExecution(t *testing.T) {
 	tx, err := holder.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "executions"}.Sanitize()+" WHERE id = $1 FOR UPDATE", ids[0])
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{c.store.Schema(), "executions"}.Sanitize()+" WHERE id = $1 FOR UPDATE", ids[0])
 	require.NoError(t, err)
 
-	c := &completer{store: store, tel: telemetry.Disabled(), logger: logger}
 	for _, cl := range claimed {
 		c.batch = append(c.batch, outcome{out: persistence.Outcome{C: cl, Result: json.RawMessage(`1`)}, reply: make(chan error, 1)})
 	}
@@ -132,4 +95,30 @@ func TestCompleterWaitsOnceForAHeldExecution(t *testing.T) {
 		}
 	}
 	require.Less(t, took, 2*time.Second, "ten outcomes of the held execution, and it waited for the lock %v", took)
+}
+
+// completerSetup returns a completer of a store of its own schema serving g, with n executions
+// whose input x is set, and every attempt that this makes ready claimed.
+func completerSetup(ctx context.Context, t *testing.T, g *graph.Graph, n int, lockTimeout time.Duration) (*completer, []string, []*persistence.Computation) {
+	t.Helper()
+	logger := slog.New(slog.DiscardHandler)
+	schema := pgtest.Schema(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	_, err := migrations.Migrate(ctx, db, schema, logger)
+	require.NoError(t, err)
+	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger,
+		LockTimeout: lockTimeout})
+	require.NoError(t, err)
+	var ids []string
+	for range n {
+		e, err := store.CreateExecution(ctx, g)
+		require.NoError(t, err)
+		_, err = store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
+		require.NoError(t, err)
+		ids = append(ids, e.ID)
+	}
+	claimed, err := store.Claim(ctx, "r1", 1000)
+	require.NoError(t, err)
+	require.Len(t, claimed, n*(len(g.Nodes())-1))
+	return &completer{store: store, tel: telemetry.Disabled(), logger: logger}, ids, claimed
 }

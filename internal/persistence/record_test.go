@@ -187,13 +187,7 @@ func TestRecordBatchesNeverDeadlock(t *testing.T) {
 // others, fenced but not yet recorded, still count as running, and are not started again.
 func TestRecordSiblingsInOneBatchRunOnce(t *testing.T) {
 	t.Parallel()
-	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
-	g := graph.MustNew("siblings", "v1", []graph.Node{
-		graph.Input("x"),
-		graph.Compute("a", graph.Needs("x"), one),
-		graph.Compute("b", graph.Needs("x"), one),
-		graph.Compute("c", graph.Needs("x"), one),
-	})
+	g := siblings()
 	b := setup(t, g)
 	ctx := context.Background()
 	id := b.start(t, g, map[string]any{"x": 1})
@@ -262,13 +256,7 @@ func TestConcurrentSetsSeeEachOther(t *testing.T) {
 // for that NOTIFY; without it they waited for the poll.
 func TestRecordAnnouncesTheSiblingsItHeldFromTheClaims(t *testing.T) {
 	t.Parallel()
-	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
-	g := graph.MustNew("siblings", "v1", []graph.Node{
-		graph.Input("x"),
-		graph.Compute("a", graph.Needs("x"), one),
-		graph.Compute("b", graph.Needs("x"), one),
-		graph.Compute("c", graph.Needs("x"), one),
-	})
+	g := siblings()
 	b := setup(t, g)
 	ctx := context.Background()
 	b.start(t, g, map[string]any{"x": 1})
@@ -294,4 +282,15 @@ func TestRecordAnnouncesTheSiblingsItHeldFromTheClaims(t *testing.T) {
 		payloads = append(payloads, note.Payload)
 	}
 	require.Contains(t, payloads, PayloadWork, "the siblings left AVAILABLE are announced with the change")
+}
+
+// siblings is a graph of three nodes a, b and c, each of which needs the input x and computes 1.
+func siblings() *graph.Graph {
+	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
+	return graph.MustNew("siblings", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("a", graph.Needs("x"), one),
+		graph.Compute("b", graph.Needs("x"), one),
+		graph.Compute("c", graph.Needs("x"), one),
+	})
 }
