@@ -117,9 +117,7 @@ func TestStopLeavesADeafFunctionToItsHeartbeatDeadline(t *testing.T) {
 	rt, err := journey.New(context.Background(), cfg)
 	require.NoError(t, err)
 	ctx := testCtx(t)
-	ex, err := rt.Start(ctx, g)
-	require.NoError(t, err)
-	_, err = rt.Set(ctx, ex.ID, "x", 1)
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 1}))
 	require.NoError(t, err)
 	<-started
 	require.NoError(t, rt.Stop(stopCtx(t)))
