@@ -12,6 +12,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/persistence"
 )
 
 // quickCtx bounds a wait for an outcome well below the 30 seconds for which a computation retries
@@ -197,7 +198,14 @@ func TestOutcomeTheDatabaseRefusesFailsItsAttempt(t *testing.T) {
 			return "fine", nil
 		}),
 	})
-	rt := newRuntime(t, testConfig(t, g))
+	cfg := testConfig(t, g)
+	reported := make(chan string, 1)
+	cfg.Test.Hooks.ComputationFinished = func(c *persistence.Computation, outcome string) {
+		if c.Node == "huge" {
+			reported <- outcome
+		}
+	}
+	rt := newRuntime(t, cfg)
 	ctx := quickCtx(t)
 	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 1}))
 	require.NoError(t, err)
@@ -205,6 +213,8 @@ func TestOutcomeTheDatabaseRefusesFailsItsAttempt(t *testing.T) {
 	v, err := rt.Get(ctx, ex.ID, "sibling", journey.WaitAny())
 	require.NoError(t, err)
 	require.Equal(t, "fine", v.String())
+	require.Equal(t, "failed: the outcome could not be stored: PostgreSQL refused it: value overflows numeric format (SQLSTATE 22003)",
+		<-reported, "the attempt's log and metrics say it failed")
 	_, err = rt.Get(ctx, ex.ID, "huge", journey.WaitAny())
 	require.ErrorIs(t, err, journey.ErrComputationFailed)
 	require.ErrorContains(t, err, "the outcome could not be stored: PostgreSQL refused it: value overflows numeric format (SQLSTATE 22003)")

@@ -39,7 +39,13 @@ func TestCompleterIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 	c.flush()
 	require.Less(t, time.Since(start), 10*time.Second, "the refused outcome is not retried until the write timeout")
 	for i, o := range batch {
-		require.NoError(t, <-o.reply, "outcome %d is recorded", i)
+		err := <-o.reply
+		if i == 1 {
+			var failed *persistence.RecordedAsFailure
+			require.ErrorAs(t, err, &failed, "the refused outcome is recorded as its attempt's failure")
+			continue
+		}
+		require.NoError(t, err, "outcome %d is recorded", i)
 	}
 	for i, cl := range claimed {
 		ns, err := c.store.NodeState(ctx, cl.ExecutionID, "y")

@@ -283,6 +283,11 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 			return OutcomeOrphaned, "", nil
 		}
 		err := a.env.recordOutcome(wctx, o)
+		var refused *persistence.RecordedAsFailure
+		if errors.As(err, &refused) {
+			err, cause = nil, refused.Cause
+			reason, outcome = "failed: "+cause.Error(), telemetry.OutcomeFailed
+		}
 		switch {
 		case err == nil:
 			if cause != nil {

@@ -328,8 +328,9 @@ func (s *Store) Fail(ctx context.Context, c *Computation, cause error) error {
 // RecordAlone records one outcome in a transaction of its own, and returns nil, ErrClaimLost, or
 // the error of the transaction. If PostgreSQL refuses the outcome (see Refused: a value out of
 // jsonb's range, say), the same write would be refused again, and trying it again would only hold
-// the attempt: the attempt is recorded instead as failed for good, with the reason. An error that
-// Refused matches then means that even the failure could not be recorded.
+// the attempt: the attempt is recorded instead as failed for good, with the reason, and
+// RecordAlone returns a *RecordedAsFailure. An error that Refused matches then means that even
+// the failure could not be recorded.
 func (s *Store) RecordAlone(ctx context.Context, o Outcome) error {
 	lost, err := s.Record(ctx, []Outcome{o})
 	if err == nil {
@@ -340,13 +341,24 @@ func (s *Store) RecordAlone(ctx context.Context, o Outcome) error {
 	}
 	s.logger.Error("the database refused an outcome; the attempt has failed", "execution_id", o.C.ExecutionID,
 		"node", o.C.Node, "computation_id", o.C.ID, "error", err)
-	failed := Outcome{C: o.C, Err: graph.Permanent(errors.New("the outcome could not be stored: " + refusal(err))), Span: o.Span}
-	lost, ferr := s.Record(ctx, []Outcome{failed})
-	if ferr != nil {
+	cause := graph.Permanent(errors.New("the outcome could not be stored: " + refusal(err)))
+	lost, ferr := s.Record(ctx, []Outcome{{C: o.C, Err: cause, Span: o.Span}})
+	switch {
+	case ferr != nil:
 		return fmt.Errorf("%w; recording the attempt as failed: %w", err, ferr)
+	case lost[0] != nil:
+		return lost[0]
 	}
-	return lost[0]
+	return &RecordedAsFailure{Cause: cause}
 }
+
+// RecordedAsFailure is what RecordAlone returns for an outcome that PostgreSQL refused, and that
+// it recorded instead as the attempt's failure, with Cause.
+type RecordedAsFailure struct{ Cause error }
+
+func (e *RecordedAsFailure) Error() string { return "recorded as a failure: " + e.Cause.Error() }
+
+func (e *RecordedAsFailure) Unwrap() error { return e.Cause }
 
 // afterFailure follows a failed or abandoned attempt. If the node's gate no longer holds, the
 // attempt is CANCELED: nothing retries it and no failure is announced; the node runs again when

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
 )
 
 func TestStorable(t *testing.T) {
@@ -84,7 +86,10 @@ func TestRecordAloneFailsAnOutcomeTheDatabaseRefuses(t *testing.T) {
 	ids := b.ready(t, 1)
 	c := b.claimOne(t, "r1")
 
-	require.NoError(t, b.store.RecordAlone(ctx, Outcome{C: c, Result: json.RawMessage(`1e1000000`), Used: map[string]int64{"x": 1}}))
+	err := b.store.RecordAlone(ctx, Outcome{C: c, Result: json.RawMessage(`1e1000000`), Used: map[string]int64{"x": 1}})
+	var failed *RecordedAsFailure
+	require.ErrorAs(t, err, &failed, "the caller learns that the attempt failed")
+	require.True(t, graph.IsPermanent(failed.Cause))
 	got := b.latest(t, ids[0], "y")
 	require.Equal(t, c.ID, got.ID, "no other attempt: the refusal is for good")
 	require.Equal(t, StateFailed, got.State)
