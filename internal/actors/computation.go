@@ -62,7 +62,7 @@ type computationEnv struct {
 	replicaID string
 	logger    *slog.Logger
 	base      context.Context // the parent of every function's context
-	running   *sync.WaitGroup // the goroutines of the running functions
+	running   *sync.WaitGroup // the claimed attempts whose goroutine has not ended
 	// orphaned is set once the replica's Stop no longer waits for the functions: those still
 	// running write nothing when they return.
 	orphaned   *atomic.Bool
