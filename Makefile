@@ -7,6 +7,9 @@
 #                 .golangci.yml), which it installs into bin/ when it is missing or another version
 #   make bench    the Go benchmarks, then journey bench in each mode (drain, continuous, open
 #                 loop), under a minute each; see the README's Performance section
+#   make bench-table  issue 23's figures in one table: each run of journey bench three times, on
+#                 a throwaway PostgreSQL each, with the medians and the targets (about 20 minutes;
+#                 scripts/bench-table.sh says how to make it shorter). Not part of test or .ci/run
 #   make chaos    the process tests (SIGKILL, SIGSTOP, restarts) five times over, with their figures
 #   make soak     3 replica processes under load for 10 minutes, with kills, a freeze and a
 #                 PostgreSQL restart, then an audit of the database (`make test` runs 60 seconds
@@ -18,7 +21,7 @@ GO ?= go
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test test-packages test-process lint bench chaos soak example
+.PHONY: test test-packages test-process lint bench bench-table chaos soak example
 
 # PROCESS_TESTS start replicas as processes of their own (SIGKILL, SIGSTOP, restarts). They run
 # after the other packages, not beside them, so that their processes get the machine's cores:
@@ -69,6 +72,10 @@ bench:
 	$(JOURNEY_BENCH) -n 5000
 	$(JOURNEY_BENCH) -duration 15s
 	$(JOURNEY_BENCH) -rate 50 -duration 15s
+
+# Figures, not checks: it prints them beside their targets, and fails only if a run does.
+bench-table:
+	scripts/bench-table.sh
 
 chaos:
 	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m -skip '^TestSoak$$' $(PROCESS_TESTS)

@@ -63,6 +63,17 @@ computations running at once on each replica, it shows what their heartbeats cos
 
   journey bench -n 10000 -workers 10000 -hold 20s -heartbeat 1s
 
+-graph gated runs x → gated, a node with a concurrency key, x mod -keys, and MaxParallel
+(-max-parallel) if given; x is 1, 2, 3… With -duration, its backlog is made ready before D,
+and kept. Its final line adds, over the measured time (in continuous, D without the tail):
+promotions_per_s, the gated attempts that left PENDING a second; promote_passes and
+promote_pass_ms, the promotion passes and their mean time, executing and planning their
+statements after the promotion lock (from pg_stat_statements; n/a without it);
+promote_choose_ms_max, the slowest SELECT of candidates; pending_start and pending_end, the gated
+attempts PENDING; and max_running, the most computations running at once, e.g.
+
+  journey bench -graph gated -keys 10 -max-parallel 5 -duration 20s -backlog 10000
+
 bench uses $DATABASE_URL. Without it, it starts a throwaway PostgreSQL with pg_stat_statements
 loaded, and deletes it afterwards. It exits 1 if a computation failed or an execution did not
 finish.`
@@ -88,6 +99,7 @@ var benchShapes = map[string][]benchNode{
 	"one":      {{"y", "x"}},
 	"chain5":   {{"c1", "x"}, {"c2", "c1"}, {"c3", "c2"}, {"c4", "c3"}, {"c5", "c4"}},
 	"fanout10": fanout(10),
+	"gated":    {{"gated", "x"}}, // with a concurrency key (-keys) and MaxParallel (-max-parallel)
 }
 
 // benchNode is a compute node of a bench graph and the node it needs.
@@ -118,6 +130,8 @@ type benchConfig struct {
 	cpuProfile    string
 	hold          time.Duration // how long each measured computation blocks before it returns
 	heartbeat     time.Duration // the compute nodes' heartbeat interval; 0: the graph's default
+	keys          int           // -graph gated: the concurrency keys, x mod keys; 0: no key
+	maxParallel   int           // -graph gated: the node's MaxParallel; 0: no limit
 }
 
 // heartbeatInterval is the compute nodes' heartbeat interval.
@@ -188,7 +202,10 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.IntVar(&cfg.n, "n", 0, "drain: make `N` executions ready, then time the replicas finishing them")
 	fs.DurationVar(&cfg.duration, "duration", 0, "continuous, or open loop with -rate: run for this `duration`")
 	fs.Float64Var(&cfg.rate, "rate", 0, "open loop: start this many `executions` a second (with -duration)")
-	fs.StringVar(&cfg.shape, "graph", "one", "the graph: one (x → y), chain5 (x → c1 → … → c5) or fanout10 (x → f1…f10)")
+	fs.StringVar(&cfg.shape, "graph", "one", "the graph: one (x → y), chain5 (x → c1 → … → c5), fanout10 (x → f1…f10) "+
+		"or gated (x → gated, with -keys and -max-parallel)")
+	fs.IntVar(&cfg.keys, "keys", 10, "-graph gated: the number of concurrency keys, x mod `K`; 0: no concurrency key")
+	fs.IntVar(&cfg.maxParallel, "max-parallel", 0, "-graph gated: the node's MaxParallel(`P`); 0: no limit")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "the `number` of replicas (runtimes) in this process")
 	fs.IntVar(&cfg.workers, "workers", journey.DefaultMaxWorkers, "MaxWorkers of each replica")
 	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n; for -duration, 1 unless set")
@@ -230,7 +247,13 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		return bad("give -n N (drain), -duration D (continuous), or -rate R with -duration D (open loop)")
 	}
 	if _, ok := benchShapes[cfg.shape]; !ok {
-		return bad("-graph %q is not one of one, chain5, fanout10", cfg.shape)
+		return bad("-graph %q is not one of one, chain5, fanout10, gated", cfg.shape)
+	}
+	switch {
+	case cfg.shape != "gated" && (set["keys"] || set["max-parallel"]):
+		return bad("-keys and -max-parallel apply to -graph gated only")
+	case cfg.shape == "gated" && cfg.keys == 0 && cfg.maxParallel == 0:
+		return bad("-graph gated needs -keys or -max-parallel above 0: else its node is not gated")
 	}
 	for _, f := range []struct {
 		name  string
@@ -242,7 +265,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		{"producers", float64(cfg.producers), 1}, {"backlog", float64(cfg.backlog), 1},
 		{"finished-rows", float64(cfg.finishedRows), 0},
 		{"top-statements", float64(cfg.topStatements), 0}, {"hold", cfg.hold.Seconds(), 0},
-		{"heartbeat", cfg.heartbeat.Seconds(), 0.001},
+		{"heartbeat", cfg.heartbeat.Seconds(), 0.001}, {"keys", float64(cfg.keys), 0},
+		{"max-parallel", float64(cfg.maxParallel), 0},
 	} {
 		if (set[f.name] || f.name == "replicas" || f.name == "workers" || f.name == "producers") && f.value < f.min {
 			return bad("-%s is %s: it must be at least %g", f.name, fs.Lookup(f.name).Value, f.min)
@@ -279,6 +303,9 @@ type benchmark struct {
 	measured     *graph.Graph  // the graph of the measured replicas
 	started      atomic.Int64  // executions whose input is set
 	ids          idList        // their ids
+	inputs       atomic.Int64  // the last input given (see input)
+	// The measured computations running at once in this process, and the most seen.
+	running, maxRunning atomic.Int64
 
 	mu        sync.Mutex
 	latencies []time.Duration // rate mode: from Set to the last Get
@@ -296,6 +323,10 @@ type benchResult struct {
 	statements, transactions int64 // -1 when not known
 	heartbeats               int64 // the replicas' heartbeat UPDATEs; -1 when not known
 	topStatements            []statementCalls
+	// -graph gated: its promotions at the start and the end of the measured time, and the most
+	// computations seen running at once.
+	promotedStart, promotedEnd promotionStats
+	maxRunning                 int64
 }
 
 func (r benchResult) line(cfg benchConfig) string {
@@ -324,7 +355,35 @@ func (r benchResult) line(cfg benchConfig) string {
 		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d heartbeat_statements_per_interval=%s",
 		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions),
 		cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
-		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats)
+		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats) + r.gatedFields(cfg)
+}
+
+// gatedFields are the figures of -graph gated, over the measured time: the gated attempts
+// promoted a second, the promotion passes (each runs one SELECT of candidates) and their mean
+// time, executing and planning their statements, the slowest SELECT of candidates, the gated
+// attempts PENDING at the start and the end, and the most computations running at once.
+func (r benchResult) gatedFields(cfg benchConfig) string {
+	if cfg.shape != "gated" {
+		return ""
+	}
+	na := "n/a"
+	promotions := na
+	if r.elapsed > 0 {
+		promotions = fmt.Sprintf("%.1f", float64(r.promotedEnd.admitted-r.promotedStart.admitted)/r.elapsed.Seconds())
+	}
+	passes, passMs, maxMs := na, na, na
+	if start, end := r.promotedStart, r.promotedEnd; start.passes >= 0 && end.passes >= 0 {
+		n := end.passes - start.passes
+		passes = strconv.FormatInt(n, 10)
+		if n > 0 {
+			passMs = fmt.Sprintf("%.3f", (end.passMs-start.passMs)/float64(n))
+			maxMs = fmt.Sprintf("%.3f", end.chooseMaxMs)
+		}
+	}
+	return fmt.Sprintf(" keys=%d max_parallel=%d promotions_per_s=%s promote_passes=%s promote_pass_ms=%s "+
+		"promote_choose_ms_max=%s pending_start=%d pending_end=%d max_running=%d",
+		cfg.keys, cfg.maxParallel, promotions, passes, passMs, maxMs,
+		r.promotedStart.pending, r.promotedEnd.pending, r.maxRunning)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -365,6 +424,9 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	}
 
 	res.backlogStart = b.backlog()
+	if res.promotedStart, err = b.promotions(ctx); err != nil {
+		return res, err
+	}
 	began := time.Now()
 	progressDone := b.printProgress(began)
 	defer progressDone()
@@ -393,6 +455,10 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	case "rate":
 		err = b.openLoop(ctx, rts, &res)
 	}
+	if err == nil && b.cfg.mode != "continuous" { // which reads them at the end of D
+		res.promotedEnd, err = b.promotions(ctx)
+	}
+	res.maxRunning = b.maxRunning.Load()
 	progressDone()
 	if err != nil {
 		return res, err
@@ -480,7 +546,12 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 		fmt.Fprintf(b.env.stdout, "bench: inserted %d finished executions in %s\n",
 			b.cfg.finishedRows, time.Since(began).Round(time.Millisecond))
 	}
-	if b.cfg.mode != "drain" {
+	ready := b.cfg.n
+	switch {
+	case b.cfg.mode == "continuous" && b.cfg.shape == "gated":
+		// Its backlog waits from the start of D, so that its promotions are measured with it.
+		ready = b.cfg.backlog / len(b.nodes)
+	case b.cfg.mode != "drain":
 		return nil
 	}
 
@@ -492,10 +563,10 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 		eg.Go(func() error {
 			for {
 				first := next.Add(startBatch) - startBatch
-				if first >= int64(b.cfg.n) {
+				if first >= int64(ready) {
 					return nil
 				}
-				if err := b.startReady(ectx, rt, g, int(min(startBatch, int64(b.cfg.n)-first))); err != nil {
+				if err := b.startReady(ectx, rt, g, int(min(startBatch, int64(ready)-first))); err != nil {
 					return err
 				}
 			}
@@ -506,8 +577,16 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 	}
 	took := time.Since(began)
 	fmt.Fprintf(b.env.stdout, "bench: made %d executions ready in %s (%.0f/s, %d producers, StartMany of %d)\n",
-		b.cfg.n, took.Round(time.Millisecond), float64(b.cfg.n)/took.Seconds(), b.cfg.producers, startBatch)
+		ready, took.Round(time.Millisecond), float64(ready)/took.Seconds(), b.cfg.producers, startBatch)
 	return nil
+}
+
+// promotions reads the gated node's promotions, for -graph gated.
+func (b *benchmark) promotions(ctx context.Context) (promotionStats, error) {
+	if b.cfg.shape != "gated" {
+		return promotionStats{}, nil
+	}
+	return b.db.promotions(ctx, b.cfg.schema)
 }
 
 // waitReplicasGone waits until the replicas' connections have ended, and warns if some do not.
@@ -532,7 +611,7 @@ const topUpEvery = 250 * time.Millisecond
 func (b *benchmark) startReady(ctx context.Context, rt *journey.Runtime, g *graph.Graph, n int) error {
 	inputs := make([]map[string]any, n)
 	for i := range inputs {
-		inputs[i] = map[string]any{"x": 0}
+		inputs[i] = map[string]any{"x": b.input()}
 	}
 	exs, err := rt.StartMany(ctx, g, inputs)
 	if err != nil {
@@ -561,12 +640,40 @@ func (b *benchmark) graph(before func(ctx context.Context) error, opts ...graph.
 }
 
 // nodeOptions are the options of the compute nodes, for the setup and the measured replicas
-// alike: the heartbeat is written into each computation as it is made ready.
+// alike: the heartbeat, the concurrency key and the limit are written into each computation as
+// it is made ready.
 func (b *benchmark) nodeOptions() []graph.NodeOption {
-	if b.cfg.heartbeat == 0 {
-		return nil
+	var opts []graph.NodeOption
+	if b.cfg.heartbeat > 0 {
+		opts = append(opts, graph.Heartbeat(b.cfg.heartbeat, 10*b.cfg.heartbeat))
 	}
-	return []graph.NodeOption{graph.Heartbeat(b.cfg.heartbeat, 10*b.cfg.heartbeat)}
+	if b.cfg.shape != "gated" {
+		return opts
+	}
+	if keys := b.cfg.keys; keys > 0 {
+		opts = append(opts, graph.ConcurrencyKey(func(in graph.Values) string {
+			return strconv.FormatInt(in.Int("x")%int64(keys), 10)
+		}))
+	}
+	if b.cfg.maxParallel > 0 {
+		opts = append(opts, graph.MaxParallel(b.cfg.maxParallel))
+	}
+	return opts
+}
+
+// input is the value of x of the next execution: 1, 2, 3…, so that -graph gated spreads its
+// executions over its keys.
+func (b *benchmark) input() int { return int(b.inputs.Add(1)) }
+
+// measure is what a measured computation does before it returns: it blocks for -hold, and
+// counts the computations running at once in this process, with the most seen.
+func (b *benchmark) measure(ctx context.Context) error {
+	n := b.running.Add(1)
+	defer b.running.Add(-1)
+	for seen := b.maxRunning.Load(); n > seen && !b.maxRunning.CompareAndSwap(seen, n); {
+		seen = b.maxRunning.Load()
+	}
+	return b.holdFor(ctx)
 }
 
 // holdFor blocks for -hold, or until ctx ends, before a measured computation returns.
@@ -616,7 +723,7 @@ func (b *benchmark) runtimeConfig(g *graph.Graph, name string, workers int) jour
 
 // startReplicas starts the measured replicas, at once.
 func (b *benchmark) startReplicas(ctx context.Context) ([]*journey.Runtime, error) {
-	g := b.graph(b.holdFor, append(b.nodeOptions(), graph.OnSave(func(_ context.Context, e graph.SaveEvent) {
+	g := b.graph(b.measure, append(b.nodeOptions(), graph.OnSave(func(_ context.Context, e graph.SaveEvent) {
 		if e.Err != nil {
 			b.failed.Add(1)
 		} else {
@@ -742,11 +849,13 @@ func (b *benchmark) continuous(ctx context.Context, rts []*journey.Runtime, res 
 	case <-ectx.Done():
 	}
 	res.elapsed, res.computations, res.backlogEnd = time.Since(began), b.finishedComputations(), b.backlog()
+	var err error
+	res.promotedEnd, err = b.promotions(ctx) // the gated backlog's, before the tail
 	close(stop)
-	if err := eg.Wait(); err != nil {
+	if err := errors.Join(err, eg.Wait()); err != nil {
 		return err
 	}
-	_, err := b.waitUntil(ctx, func() bool { return b.backlog() == 0 })
+	_, err = b.waitUntil(ctx, func() bool { return b.backlog() == 0 })
 	return err
 }
 
@@ -768,7 +877,7 @@ func (b *benchmark) openLoop(ctx context.Context, rts []*journey.Runtime, res *b
 			return fmt.Errorf("starting an execution: %w", err)
 		}
 		t0 := time.Now()
-		if _, err := rt.Set(ectx, ex.ID, "x", 0); err != nil {
+		if _, err := rt.Set(ectx, ex.ID, "x", b.input()); err != nil {
 			return fmt.Errorf("setting the input of %s: %w", ex.ID, err)
 		}
 		b.ids.add(ex.ID)

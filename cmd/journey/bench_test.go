@@ -17,10 +17,13 @@ import (
 	"github.com/journey-go/journey/internal/pgtest"
 )
 
-// finalLine is the shape of journey bench's last line: the keys in this order, numbers or n/a.
+// finalLine is the shape of journey bench's last line: the keys in this order, numbers or n/a,
+// and those of -graph gated after them.
 var finalLine = regexp.MustCompile(`^bench: mode=\S+ graph=\S+ computations/s=\S+ p50_ms=\S+ p99_ms=\S+ ` +
 	`statements_per_computation=\S+ transactions_per_computation=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
-	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+$`)
+	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+` +
+	`( keys=\d+ max_parallel=\d+ promotions_per_s=\S+ promote_passes=\S+ promote_pass_ms=\S+ promote_choose_ms_max=\S+ ` +
+	`pending_start=\d+ pending_end=\d+ max_running=\d+)?$`)
 
 // runBenchLine runs journey bench and returns the fields of its final line, after checking the
 // line's shape.
@@ -60,6 +63,8 @@ func TestBenchModes(t *testing.T) {
 			"-finished-rows", "100"}, "drain", "chain5", 20, 5},
 		{"continuous", []string{"-duration", "2s", "-producers", "4", "-backlog", "200"}, "continuous", "one", 0, 1},
 		{"open loop", []string{"-rate", "20", "-duration", "2s", "-graph", "fanout10"}, "rate", "fanout10", 40, 10},
+		{"continuous gated", []string{"-duration", "2s", "-graph", "gated", "-keys", "5", "-max-parallel", "2", "-backlog", "50"},
+			"continuous", "gated", 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fields, stdout := runBenchLine(t, append(tc.args, "-schema", pgtest.Schema(t))...)
@@ -99,6 +104,11 @@ func TestBenchModes(t *testing.T) {
 			if fields["transactions_per_computation"] != "n/a" {
 				require.Positive(t, number(t, fields, "transactions_per_computation"))
 			}
+			if tc.shape == "gated" {
+				// Its backlog was made ready before D: it waited from the start, gated.
+				require.Equal(t, "50", fields["backlog_start"])
+				require.GreaterOrEqual(t, number(t, fields, "pending_start"), 48.0, "at most 2 promoted, by MaxParallel(2)")
+			}
 			if strings.Contains(tc.name, "finished rows") {
 				require.Contains(t, stdout, "bench: inserted 100 finished executions")
 			}
@@ -128,6 +138,32 @@ func TestBenchCountsHeartbeatStatements(t *testing.T) {
 	require.LessOrEqual(t, perInterval, 1.5)
 }
 
+// The gated graph's node runs at most MaxParallel at once, and bench reports its promotions:
+// each of the executions made ready, but the one the setup replica promoted, promoted once in
+// the measured time, one a pass, by passes whose statements pg_stat_statements timed.
+func TestBenchGated(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	fields, _ := runBenchLine(t, "-graph", "gated", "-keys", "2", "-max-parallel", "1", "-n", "20", "-hold", "20ms")
+	require.Equal(t, "20", fields["executions"])
+	require.Equal(t, "20", fields["computations"])
+	require.Equal(t, "0", fields["unfinished"])
+	require.Equal(t, "2", fields["keys"])
+	require.Equal(t, "1", fields["max_parallel"])
+	require.Equal(t, "1", fields["max_running"], "MaxParallel(1): one computation at a time, each held 20ms")
+
+	pendingStart := number(t, fields, "pending_start")
+	require.GreaterOrEqual(t, pendingStart, 19.0, "the setup replica promotes at most one")
+	require.LessOrEqual(t, pendingStart, 20.0)
+	require.Equal(t, "0", fields["pending_end"])
+	// promotions_per_s × elapsed_s, rounded as printed: the executions left PENDING at the start.
+	promoted := number(t, fields, "promotions_per_s") * number(t, fields, "elapsed_s")
+	require.InDelta(t, pendingStart, promoted, 1, "promotions_per_s=%s elapsed_s=%s", fields["promotions_per_s"], fields["elapsed_s"])
+	require.GreaterOrEqual(t, number(t, fields, "promote_passes"), pendingStart, "MaxParallel(1): a pass promotes one at most")
+	require.Positive(t, number(t, fields, "promote_pass_ms"))
+	require.Less(t, number(t, fields, "promote_pass_ms"), 1000.0)
+	require.Positive(t, number(t, fields, "promote_choose_ms_max"))
+}
+
 func TestBenchBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -141,6 +177,11 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"-rate", "-1", "-duration", "1s"}, "-rate is -1"},
 		{[]string{"-duration", "0s"}, "-duration is 0s"},
 		{[]string{"-n", "5", "-graph", "star"}, `-graph "star"`},
+		{[]string{"-n", "5", "-keys", "3"}, "-keys and -max-parallel apply to -graph gated only"},
+		{[]string{"-n", "5", "-graph", "chain5", "-max-parallel", "3"}, "-keys and -max-parallel apply to -graph gated only"},
+		{[]string{"-n", "5", "-graph", "gated", "-keys", "0"}, "-graph gated needs -keys or -max-parallel"},
+		{[]string{"-n", "5", "-graph", "gated", "-keys", "-1"}, "-keys is -1"},
+		{[]string{"-n", "5", "-graph", "gated", "-max-parallel", "-2"}, "-max-parallel is -2"},
 		{[]string{"-n", "5", "-replicas", "0"}, "-replicas is 0"},
 		{[]string{"-n", "5", "-workers", "0"}, "-workers is 0"},
 		{[]string{"-n", "5", "-finished-rows", "-1"}, "-finished-rows is -1"},

@@ -334,3 +334,53 @@ func (m *monitor) finishedExecutions(ctx context.Context, schema string, ids, le
 	}
 	return n, nil
 }
+
+// promotionStats is what bench reads of the gated node's promotions at the start and at the end
+// of the measured time (-graph gated).
+type promotionStats struct {
+	pending  int64 // gated attempts PENDING
+	admitted int64 // gated attempts that are not PENDING: promoted, or finished since
+	// From pg_stat_statements, over the statements of this schema's promotion passes; passes is
+	// -1 when it cannot be read.
+	passes      int64   // calls of the pass's SELECT of candidates: one a pass
+	passMs      float64 // the time of the pass's statements, executing and planning, summed
+	chooseMaxMs float64 // the slowest SELECT of candidates, executing
+}
+
+// The statements of a gated promotion pass (persistence.promoteGated), as pg_stat_statements
+// shows them, whitespace folded: the SELECT of candidates, the count of the limited nodes'
+// attempts, and the UPDATE of those chosen. They run after the pass has taken the promotion lock,
+// so their time is the time a pass holds it for its own work. When the promotion's SQL changes,
+// these must follow (TestBenchGated fails until they do).
+const (
+	promoteChooseSQL = `SELECT id, concurrency_key, graph_key, node, max_parallel FROM ( SELECT * FROM ( SELECT DISTINCT ON (c.concurrency_key) %`
+	promoteCountSQL  = `SELECT graph_key, node, count(*) AS n FROM % WHERE state IN (%) AND max_parallel IS NOT NULL GROUP BY graph_key, node`
+	promoteUpdateSQL = `UPDATE %.computations SET state = $%, available_at = $% WHERE id IN (SELECT id FROM %.computations ` +
+		`WHERE id = ANY($%::bigint[]) AND state = $% FOR UPDATE SKIP LOCKED) RETURNING id`
+)
+
+// promotions reads the gated attempts of the schema and, when pg_stat_statements can be read,
+// the statements of its promotion passes since the last reset.
+func (m *monitor) promotions(ctx context.Context, schema string) (promotionStats, error) {
+	s := promotionStats{passes: -1}
+	quoted := pgx.Identifier{schema}.Sanitize()
+	err := m.queryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'PENDING'), count(*) FILTER (WHERE state <> 'PENDING')
+		FROM `+quoted+`.computations WHERE concurrency_key IS NOT NULL OR max_parallel IS NOT NULL`, nil, &s.pending, &s.admitted)
+	if err != nil {
+		return s, fmt.Errorf("counting the gated computations: %w", err)
+	}
+	if m.stats == "" {
+		return s, nil
+	}
+	err = m.queryRow(ctx, `SELECT coalesce(sum(calls) FILTER (WHERE q LIKE $3), 0)::bigint,
+			coalesce(sum(total_exec_time + total_plan_time), 0)::float8,
+			coalesce(max(max_exec_time) FILTER (WHERE q LIKE $3), 0)::float8
+		FROM (SELECT *, regexp_replace(query, '\s+', ' ', 'g') AS q FROM `+m.stats+`.pg_stat_statements WHERE dbid = $1) s
+		WHERE strpos(q, $2) > 0 AND (q LIKE $3 OR q LIKE $4 OR q LIKE $5)`,
+		[]any{m.dbid, quoted + ".computations", promoteChooseSQL, promoteCountSQL, promoteUpdateSQL},
+		&s.passes, &s.passMs, &s.chooseMaxMs)
+	if err != nil {
+		return s, fmt.Errorf("reading the promotion statements from pg_stat_statements: %w", err)
+	}
+	return s, nil
+}
