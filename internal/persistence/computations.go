@@ -78,9 +78,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 				WHERE e.id = n.execution_id
 				RETURNING e.id, e.revision - n.claims <> (SELECT x.revision FROM {s}.executions x WHERE x.id = e.id) AS stale)
 			SELECT claimed.*, vs.*, claimed.execution_id = ANY(ARRAY(SELECT id FROM bumped WHERE stale)) AS claimed_stale
-			FROM claimed CROSS JOIN LATERAL (SELECT array_agg(v.node) AS claimed_nodes,
-					array_agg(v.value) AS claimed_raws, array_agg(v.metadata) AS claimed_metas,
-					array_agg(v.revision) AS claimed_revisions, array_agg(v.set_at) AS claimed_set_ats
+			FROM claimed CROSS JOIN LATERAL (SELECT `+claimedValuesColumns+`
 				FROM {s}."values" v WHERE v.execution_id = claimed.execution_id) vs
 			ORDER BY claimed.id`),
 			s.clock.NowOrNil(), replicaID, s.keys, limit)
@@ -104,6 +102,11 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 	return claimed, nil
 }
 
+// claimedValuesColumns aggregate the values v of an execution into the columns of claimedValues.
+const claimedValuesColumns = `array_agg(v.node) AS claimed_nodes, array_agg(v.value) AS claimed_raws,
+	array_agg(v.metadata) AS claimed_metas, array_agg(v.revision) AS claimed_revisions,
+	array_agg(v.set_at) AS claimed_set_ats`
+
 // readClaimedAgain reads again the values of the claimed computations whose execution changed
 // between the claim statement's snapshot and its lock (see claimedValues.ClaimedStale), in one
 // statement. A write to an execution's values bumps its revision in the same transaction, so the
@@ -124,9 +127,7 @@ func (s *Store) readClaimedAgain(ctx context.Context, pg *pgx.Conn, claimed []*C
 		ExecutionID string `db:"execution_id"`
 		claimedValues
 	}
-	rows, err := pg.Query(ctx, s.q(`SELECT v.execution_id, array_agg(v.node) AS claimed_nodes,
-			array_agg(v.value) AS claimed_raws, array_agg(v.metadata) AS claimed_metas,
-			array_agg(v.revision) AS claimed_revisions, array_agg(v.set_at) AS claimed_set_ats
+	rows, err := pg.Query(ctx, s.q(`SELECT v.execution_id, `+claimedValuesColumns+`
 		FROM {s}."values" v WHERE v.execution_id = ANY($1::text[]) GROUP BY v.execution_id`), ids)
 	if err != nil {
 		return err
