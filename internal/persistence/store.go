@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -406,9 +405,5 @@ func channelName(schema string) string {
 		return name
 	}
 	sum := sha256.Sum256([]byte(schema))
-	cut := 50
-	for cut > 0 && !utf8.RuneStart(name[cut]) {
-		cut--
-	}
-	return name[:cut] + ":" + hex.EncodeToString(sum[:6])
+	return prefix(name, 50) + ":" + hex.EncodeToString(sum[:6])
 }

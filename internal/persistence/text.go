@@ -34,11 +34,19 @@ func storable(s string) string {
 	if len(s) <= maxTextBytes {
 		return s
 	}
-	cut := maxTextBytes - cutNoteBytes
-	for !utf8.RuneStart(s[cut]) {
-		cut--
+	kept := prefix(s, maxTextBytes-cutNoteBytes)
+	return fmt.Sprintf("%s… (%d bytes cut)", kept, len(s)-len(kept))
+}
+
+// prefix returns the longest prefix of s, at most n bytes long, that ends between two characters.
+func prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return fmt.Sprintf("%s… (%d bytes cut)", s[:cut], len(s)-cut)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // checkKey reports why k, a concurrency key, cannot be stored: it is longer than maxKeyBytes, it
