@@ -75,7 +75,8 @@ attempts PENDING; and max_running, the most computations running at once, e.g.
   journey bench -graph gated -keys 10 -max-parallel 5 -duration 20s -backlog 10000
 
 bench uses $DATABASE_URL. Without it, it starts a throwaway PostgreSQL with pg_stat_statements
-loaded, and deletes it afterwards. It exits 1 if a computation failed or an execution did not
+loaded and PostgreSQL's durable defaults (fsync, synchronous_commit and full_page_writes on;
+-durable=false turns them off), and deletes it afterwards. It exits 1 if a computation failed or an execution did not
 finish.`
 
 // Defaults and limits of journey bench.
@@ -132,6 +133,7 @@ type benchConfig struct {
 	heartbeat     time.Duration // the compute nodes' heartbeat interval; 0: the graph's default
 	keys          int           // -graph gated: the concurrency keys, x mod keys; 0: no key
 	maxParallel   int           // -graph gated: the node's MaxParallel; 0: no limit
+	durable       bool          // the throwaway PostgreSQL keeps PostgreSQL's durable defaults
 }
 
 // heartbeatInterval is the compute nodes' heartbeat interval.
@@ -153,7 +155,7 @@ func runBench(ctx context.Context, env *environment, args []string) int {
 
 	dbURL := os.Getenv("DATABASE_URL")
 	if dbURL == "" {
-		cluster, err := startBenchCluster(ctx, env.logger)
+		cluster, err := startBenchCluster(ctx, env.logger, cfg.durable)
 		if err != nil {
 			fmt.Fprintf(env.stderr, "journey bench: %v\n", err)
 			return 1
@@ -216,6 +218,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.IntVar(&cfg.topStatements, "top-statements", 0, "print the `N` statements with the most calls per computation, from pg_stat_statements")
 	fs.DurationVar(&cfg.hold, "hold", 0, "make each computation block for this `duration` (or until it is canceled) before it returns, "+
 		"so that up to -workers run at once on each replica")
+	fs.BoolVar(&cfg.durable, "durable", true, "the throwaway PostgreSQL flushes its WAL as PostgreSQL does by default (fsync, "+
+		"synchronous_commit and full_page_writes on); -durable=false turns them off, as for the tests")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", 0, "the compute nodes' heartbeat `interval`, their heartbeat timeout 10 times it "+
 		"(default the graph's: 10s, 30s)")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -276,16 +280,23 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 }
 
 // startBenchCluster starts a throwaway cluster with pg_stat_statements loaded, or without it
-// if the server cannot load it.
-func startBenchCluster(ctx context.Context, logger *slog.Logger) (*devpg.Cluster, error) {
-	c, err := devpg.Start(ctx, logger, devpg.Setting("shared_preload_libraries", "pg_stat_statements"),
-		devpg.Setting("pg_stat_statements.track_planning", "on"))
+// if the server cannot load it. A durable one flushes its WAL at each commit, as PostgreSQL's
+// defaults do, unlike the tests' clusters: what a user's server costs.
+func startBenchCluster(ctx context.Context, logger *slog.Logger, durable bool) (*devpg.Cluster, error) {
+	var opts []devpg.Option
+	if durable {
+		for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
+			opts = append(opts, devpg.Setting(name, "on"))
+		}
+	}
+	c, err := devpg.Start(ctx, logger, append(opts, devpg.Setting("shared_preload_libraries", "pg_stat_statements"),
+		devpg.Setting("pg_stat_statements.track_planning", "on"))...)
 	if err == nil || errors.Is(err, devpg.ErrNoBinaries) || ctx.Err() != nil {
 		return c, err
 	}
 	logger.Warn("PostgreSQL did not start with pg_stat_statements; starting it without, so statement counts are n/a",
 		"error", err)
-	return devpg.Start(ctx, logger)
+	return devpg.Start(ctx, logger, opts...)
 }
 
 // benchmark is one run of journey bench.
