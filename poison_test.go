@@ -100,6 +100,56 @@ func TestPanickingUserCodeFailsOnlyItsNode(t *testing.T) {
 	}
 }
 
+// The work has connections of its own: with the pool used up by callers, an attempt that runs is
+// still recorded, and the next one claimed and recorded too.
+func TestWorkOutlivesAFullPool(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	g := graph.MustNew("full-pool", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			started <- struct{}{}
+			<-release
+			return 1, nil
+		}),
+		graph.Compute("z", graph.Needs("y"), func(ctx context.Context, in graph.Values) (any, error) { return 2, nil }),
+	})
+	cfg := testConfig(t, g)
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	require.NoError(t, err)
+	pcfg.MaxConns = 3
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cfg.DatabaseURL, cfg.Pool = "", pool
+	rt := newRuntime(t, cfg)
+	ctx := testCtx(t)
+	e, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 1}))
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("y did not start")
+	}
+
+	conn, err := pgx.Connect(ctx, pcfg.ConnString())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for range pcfg.MaxConns {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		t.Cleanup(c.Release)
+	}
+	close(release)
+	waitFor(t, "z's value while the pool is full", func() bool {
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{cfg.Schema}.Sanitize()+
+			`."values" WHERE execution_id = $1 AND node = 'z'`, e.ID).Scan(&n))
+		return n == 1
+	})
+}
+
 // (f) The heartbeats have connections of their own: a pool that the application and the work
 // have used up does not starve them, and the replica is not taken for dead.
 func TestHeartbeatsOutliveAFullPool(t *testing.T) {

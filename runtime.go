@@ -39,6 +39,9 @@ const (
 	// stopGrace is how long Stop waits for functions to return once their contexts are canceled.
 	// Config.Test.StopGrace replaces it.
 	stopGrace = 5 * time.Second
+	// workConns are the connections of the work's own pool: a claim, a batch of outcomes and the
+	// notifications, each at most one at a time, and one to spare.
+	workConns = 4
 )
 
 // Runtime is one replica of journey-go: it serves its graphs' executions, runs their
@@ -51,6 +54,8 @@ type Runtime struct {
 	sqldb   *sql.DB
 	hbpool  *pgxpool.Pool // the heartbeats' own connections
 	hbsqldb *sql.DB
+	wpool   *pgxpool.Pool // the work's own connections: claims, outcomes, notifications
+	wsqldb  *sql.DB
 	store   *persistence.Store
 	waiters *waiters
 
@@ -121,23 +126,26 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.ownPool = true
 	}
 	// The heartbeats get two connections of their own, so that a pool full of work cannot starve
-	// them.
-	hbcfg := r.pool.Config().Copy()
-	hbcfg.MaxConns, hbcfg.MinConns = 2, 0
-	hbpool, err := pgxpool.NewWithConfig(ctx, hbcfg)
-	if err != nil {
+	// them; and the work gets workConns, so that callers queueing for the pool cannot starve what
+	// answers them.
+	if r.hbpool, err = ownConns(ctx, r.pool, 2); err != nil {
 		r.closePool()
 		return nil, fmt.Errorf("journey: opening the heartbeat pool: %w", err)
 	}
-	r.hbpool = hbpool
+	if r.wpool, err = ownConns(ctx, r.pool, workConns); err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: opening the work pool: %w", err)
+	}
 	if err := r.pool.Ping(ctx); err != nil {
 		r.closePool()
 		return nil, fmt.Errorf("journey: connecting to PostgreSQL: %w", err)
 	}
 	r.sqldb = persistence.OpenDB(r.pool)
 	r.hbsqldb = persistence.OpenDB(r.hbpool)
+	r.wsqldb = persistence.OpenDB(r.wpool)
 	db := bun.NewDB(r.sqldb, pgdialect.New())
 	hbdb := bun.NewDB(r.hbsqldb, pgdialect.New())
+	wdb := bun.NewDB(r.wsqldb, pgdialect.New())
 	if !cfg.SkipMigrations {
 		if _, err := migrations.Migrate(ctx, db, cfg.Schema, r.logger); err != nil {
 			r.closePool()
@@ -145,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 	}
 	store, err := persistence.New(persistence.Config{
-		DB: db, HeartbeatDB: hbdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
+		DB: db, HeartbeatDB: hbdb, WorkDB: wdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
 		OnSave: r.fireSave, Handoff: r.waiters, Routes: cfg.routes(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
 		Tracer: tel.Tracer,
 	})
@@ -334,6 +342,7 @@ func (r *Runtime) stop(ctx context.Context) error {
 			"timeout", onSaveTimeout)
 	}
 	r.system.Shutdown()
+	r.store.NotesSent() // the notifications of the last writes, before the pool closes
 	r.closePool()
 	r.logger.Info("journey runtime stopped")
 	return errors.Join(errs...)
@@ -346,14 +355,23 @@ func setsPoolMaxConns(connString string) bool {
 	return err == nil && c.RuntimeParams["pool_max_conns"] != ""
 }
 
+// ownConns opens a pool of n connections configured as pool's.
+func ownConns(ctx context.Context, pool *pgxpool.Pool, n int32) (*pgxpool.Pool, error) {
+	cfg := pool.Config().Copy()
+	cfg.MaxConns, cfg.MinConns = n, 0
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
 func (r *Runtime) closePool() {
-	for _, db := range []*sql.DB{r.sqldb, r.hbsqldb} {
+	for _, db := range []*sql.DB{r.sqldb, r.hbsqldb, r.wsqldb} {
 		if db != nil {
 			_ = db.Close()
 		}
 	}
-	if r.hbpool != nil {
-		r.hbpool.Close()
+	for _, p := range []*pgxpool.Pool{r.hbpool, r.wpool} {
+		if p != nil {
+			p.Close()
+		}
 	}
 	if r.ownPool {
 		r.pool.Close()

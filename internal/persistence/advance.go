@@ -61,7 +61,7 @@ func (r valueRow) toValue() graph.Value {
 func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error,
 	then []step, fn func(ctx context.Context, tx *txn, st *execState) error) error {
 	var done []*execState
-	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
+	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		if before != nil {
 			if err := t.begin(ctx); err != nil {
 				return err
@@ -481,8 +481,8 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 }
 
 // finish writes the executions' revisions back, claims their events, promotes what their writes
-// made due, and queues the notifications, each for all of sts at once. The attempts created, the
-// revisions and the notifications go with the COMMIT, in one statement. The caller commits and
+// made due, and queues the notifications, each for all of sts at once. The attempts created and
+// the revisions go with the COMMIT, in one statement; the notifications follow it (see notes). The caller commits and
 // then calls committed.
 func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	var ids, wakes []string
@@ -529,13 +529,12 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 			changed = append(changed, st.exec.ID)
 		}
 	}
+	t.notes = append(t.notes, s.payloads(work, changed)...)
 	created, n := createdColumns(sts)
-	payloads := s.payloads(work, changed)
-	if n == 0 && len(ids) == 0 && len(payloads) == 0 {
+	if n == 0 && len(ids) == 0 {
 		return nil
 	}
-	t.atCommit(s.q(finishQuery), append(created,
-		s.clock.NowOrNil(), ids, revs, wakes, setWake, s.channel, payloads)...)
+	t.atCommit(s.q(finishQuery), append(created, s.clock.NowOrNil(), ids, revs, wakes, setWake)...)
 	return nil
 }
 
@@ -553,8 +552,8 @@ func (st *execState) leftAvailable() bool {
 }
 
 // finishQuery ends a write: it inserts the attempts created ($1 to $17, in the order they were
-// made), writes the executions' revisions and wake times back ($18 to $22), and sends the
-// NOTIFYs ($23, $24). A part whose arrays are empty does nothing.
+// made), and writes the executions' revisions and wake times back ($18 to $22). A part whose
+// arrays are empty does nothing.
 const finishQuery = `WITH created AS (
 		INSERT INTO {s}.computations
 			(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
@@ -577,7 +576,7 @@ const finishQuery = `WITH created AS (
 		FROM unnest($19::text[], $20::bigint[], $21::text[], $22::boolean[]) AS r(id, revision, wake_at, set_wake)
 		WHERE e.id = r.id
 	)
-	SELECT pg_notify($23, p) FROM unnest($24::text[]) AS p`
+	SELECT`
 
 // createdColumns returns the columns of the attempts that sts created, as finishQuery's first 17
 // arguments, and their number.

@@ -53,7 +53,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		window *= 2
 	}
 	var claimed []*Computation
-	err := s.withPgx(ctx, func(pg *pgx.Conn) error {
+	err := withPgx(ctx, s.workDB(), func(pg *pgx.Conn) error {
 		rows, err := pg.Query(ctx, s.q(`WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 			claimed AS (UPDATE {s}.computations c
 				SET state = 'RUNNING', replica_id = $2, claim_token = gen_random_uuid(), claimed_at = t.now,

@@ -87,7 +87,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 	idle := !slices.ContainsFunc(items, func(item map[string]json.RawMessage) bool { return len(item) > 0 }) &&
 		startsIdle(rg)
 	var states []*execState
-	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
+	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		if idle {
 			t.tail = append(t.tail, insert)
 			return nil
@@ -319,7 +319,7 @@ func (s *Store) NodeState(ctx context.Context, id, node string) (NodeState, erro
 		state, errMsg *string
 		attempt       *int
 	)
-	err := s.withPgx(ctx, func(pg *pgx.Conn) error {
+	err := withPgx(ctx, s.db, func(pg *pgx.Conn) error {
 		return pg.QueryRow(ctx, s.q(`SELECT e.graph_name, e.graph_version, e.revision,
 				v.value, v.metadata, v.revision, v.set_at, c.id, c.state, c.attempt, c.error
 			FROM {s}.executions e

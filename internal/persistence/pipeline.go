@@ -32,6 +32,8 @@ type txn struct {
 	tail  []step // statements sent with the COMMIT
 	// handing are the executions whose new values go to the store's Handoff, at the COMMIT.
 	handing []*execState
+	// notes are the NOTIFY payloads sent once the transaction has committed (see notes).
+	notes []string
 }
 
 // step is one statement of a batch, and what reads its result; nil read discards it.
@@ -41,11 +43,11 @@ type step struct {
 	read func(br pgx.BatchResults) error
 }
 
-// inTxn runs fn in a txn on a connection of the pool, and commits it, telling the store's Handoff
-// about the executions fn left in t.handing. If fn fails, or the commit does, the transaction is
-// rolled back.
-func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) error) error {
-	conn, err := s.db.Conn(ctx)
+// inTxn runs fn in a txn on a connection of db, and commits it, telling the store's Handoff
+// about the executions fn left in t.handing, and then sending the notes fn left in t.notes. If fn
+// fails, or the commit does, the transaction is rolled back.
+func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Context, t *txn) error) error {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("taking a connection: %w", err)
 	}
@@ -76,6 +78,7 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 		t.rollback(ctx)
 		return fmt.Errorf("committing: %w", err)
 	}
+	s.notes.send(t.notes)
 	return nil
 }
 
@@ -102,10 +105,10 @@ func pgxOf(conn bun.Conn) (pg *pgx.Conn, err error) {
 	return pg, err
 }
 
-// withPgx runs fn on a pgx connection of the pool, outside any transaction: its statements go
-// in the pool's mode, prepared by default.
-func (s *Store) withPgx(ctx context.Context, fn func(pg *pgx.Conn) error) error {
-	conn, err := s.db.Conn(ctx)
+// withPgx runs fn on a pgx connection of db, outside any transaction: its statements go in the
+// pool's mode, prepared by default.
+func withPgx(ctx context.Context, db *bun.DB, fn func(pg *pgx.Conn) error) error {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("taking a connection: %w", err)
 	}

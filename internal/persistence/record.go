@@ -40,7 +40,7 @@ type Outcome struct {
 func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 	lost := make([]error, len(outs))
 	var done []*execState
-	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
+	err := s.inTxn(ctx, s.workDB(), func(ctx context.Context, t *txn) error {
 		// The fences and the loads go in one round trip. The loads take every execution of the
 		// batch, in id order, after the computations' rows: an execution whose attempts all lost
 		// their claims is dropped below.

@@ -83,6 +83,10 @@ type Config struct {
 	// HeartbeatDB, if set, carries the heartbeats (the replica's and the watchdogs'), so that a
 	// pool full of work cannot starve them. Default DB.
 	HeartbeatDB *bun.DB
+	// WorkDB, if set, carries the claims, the recording of outcomes and the notifications, so that
+	// callers queueing for DB (Start, Set and Get, a thousand a second) cannot starve the work
+	// that answers them. Default DB.
+	WorkDB *bun.DB
 	// Schema holds the tables. Default "journey".
 	Schema string
 	// Graphs are the graphs this replica serves.
@@ -139,6 +143,7 @@ type Hooks struct {
 type Store struct {
 	db          *bun.DB
 	hbdb        *bun.DB
+	wdb         *bun.DB
 	schema      string // raw name
 	quoted      string // quoted identifier, substituted for {s} in queries
 	channel     string
@@ -157,6 +162,7 @@ type Store struct {
 	pruned      pruneCursor
 	abandoning  abandonFailures
 	tracer      trace.Tracer
+	notes       *notes
 }
 
 // New returns a Store. It does not touch the database.
@@ -171,6 +177,7 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{
 		db:          cfg.DB,
 		hbdb:        cfg.HeartbeatDB,
+		wdb:         cfg.WorkDB,
 		schema:      schema,
 		quoted:      pgx.Identifier{schema}.Sanitize(),
 		channel:     channelName(schema),
@@ -185,6 +192,7 @@ func New(cfg Config) (*Store, error) {
 		tracer:      cmp.Or[trace.Tracer](cfg.Tracer, telemetry.Disabled().Tracer),
 		routes:      make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
+	s.notes = newNotes(s)
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
@@ -219,6 +227,9 @@ func (s *Store) SweepLease() string { return s.sweepLease }
 
 // heartbeatDB is the database the heartbeats use.
 func (s *Store) heartbeatDB() *bun.DB { return cmp.Or(s.hbdb, s.db) }
+
+// workDB is the database the claims, the recording of outcomes and the notifications use.
+func (s *Store) workDB() *bun.DB { return cmp.Or(s.wdb, s.db) }
 
 // GraphKey identifies a graph version in the computations table.
 func GraphKey(name, version string) string { return name + "@" + version }
