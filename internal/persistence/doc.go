@@ -8,7 +8,7 @@
 // execution by the lock on its executions row. Record writes the outcomes of many attempts in one
 // transaction, with set-based statements. A write goes out in as few round trips as it can (see
 // txn): the BEGIN, the lock and the loads in one pgx batch on the transaction's connection, the
-// new attempts, the revisions and the NOTIFY with the COMMIT.
+// new attempts and the revisions with the COMMIT, and the NOTIFY after it (see notes).
 //
 // Writes made on behalf of a running computation are fenced: they match only a row that is still
 // RUNNING under the same replica and claim token, so a computation that lost its claim can never
