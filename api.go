@@ -135,11 +135,33 @@ func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOpti
 	if err != nil {
 		return nil, err
 	}
-	execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set})
+	// A traced Start goes alone: the attempts it creates link to its own span.
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set})
+		if err != nil {
+			return nil, err
+		}
+		return toExecution(execs[0]), nil
+	}
+	e, err := r.startsOf(g).do(ctx, set)
 	if err != nil {
 		return nil, err
 	}
-	return toExecution(execs[0]), nil
+	return toExecution(e), nil
+}
+
+// startsOf returns the group that gathers the concurrent Starts of g into one transaction.
+func (r *Runtime) startsOf(g *graph.Graph) *group[map[string]json.RawMessage, *persistence.Execution] {
+	if s, ok := r.starts.Load(g); ok {
+		return s.(*group[map[string]json.RawMessage, *persistence.Execution])
+	}
+	s, _ := r.starts.LoadOrStore(g, &group[map[string]json.RawMessage, *persistence.Execution]{
+		max: groupMax,
+		write: func(ctx context.Context, items []map[string]json.RawMessage) ([]*persistence.Execution, error) {
+			return r.store.CreateExecutions(ctx, g, items)
+		},
+	})
+	return s.(*group[map[string]json.RawMessage, *persistence.Execution])
 }
 
 // StartMany starts one execution of g for each item of inputs, in one transaction, and returns

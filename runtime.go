@@ -77,6 +77,7 @@ type Runtime struct {
 	orphaned   atomic.Bool    // set once Stop no longer waits for the running functions
 	saves      atomic.Int64   // OnSave callbacks running
 	saved      chan struct{}  // a signal when one of them returns
+	starts     sync.Map       // *graph.Graph → its group of Starts (see startsOf)
 
 	moves    clockMoves // a test clock's moves, acted on at once (now.go)
 	stopped  atomic.Bool

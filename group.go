@@ -1,0 +1,148 @@
+package journey
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// group gathers concurrent calls into one write, as a database's group commit does: while a
+// write is under way, the calls that come queue, and the next write takes them all. A call that
+// finds no write under way goes at once, alone: when the replica is idle, grouping costs nothing.
+//
+// A write that fails for a group of more than one is made again for each call alone, so that
+// each gets its own answer: one bad input fails its own call, not the others.
+// groupMax is the most calls that one grouped write takes.
+const groupMax = 200
+
+type group[In, Out any] struct {
+	// write makes the writes of ins in one transaction, and returns their results in order.
+	write func(ctx context.Context, ins []In) ([]Out, error)
+	// max is the most calls one write takes.
+	max int
+
+	mu      sync.Mutex
+	queue   []*groupCall[In, Out]
+	writing bool
+}
+
+type groupCall[In, Out any] struct {
+	ctx  context.Context
+	in   In
+	out  Out
+	err  error
+	done chan struct{}
+}
+
+// do makes in's write, with the others queued beside it, and returns its result. If ctx ends
+// while in is still queued, it is withdrawn, and nothing is written; once its write has begun,
+// do returns ctx's error, and the write goes on for the others.
+func (g *group[In, Out]) do(ctx context.Context, in In) (Out, error) {
+	c := &groupCall[In, Out]{ctx: ctx, in: in, done: make(chan struct{})}
+	g.mu.Lock()
+	g.queue = append(g.queue, c)
+	lead := !g.writing
+	g.writing = true
+	g.mu.Unlock()
+	if lead {
+		g.writeQueued()
+	} else {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			// Withdrawn, nothing is written; else the outcome is unknown, as when a statement's
+			// context ends while the server runs it.
+			g.withdraw(c)
+			var zero Out
+			return zero, ctx.Err()
+		}
+	}
+	return c.out, c.err
+}
+
+// joined returns a context that ends once the contexts of every call have, so that the write
+// goes on while any caller waits for it, and the function that releases it.
+func joined[In, Out any](calls []*groupCall[In, Out]) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
+	var left atomic.Int64
+	left.Store(int64(len(calls)))
+	stops := make([]func() bool, len(calls))
+	for i, c := range calls {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// withdraw takes c out of the queue, and reports whether it was still there.
+func (g *group[In, Out]) withdraw(c *groupCall[In, Out]) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, q := range g.queue {
+		if q == c {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// writeQueued makes one write of what is queued, the leader's call among it, and hands what
+// queued meanwhile to a goroutine of its own, so that the leader returns as soon as its own write
+// has.
+func (g *group[In, Out]) writeQueued() {
+	g.mu.Lock()
+	n := min(len(g.queue), g.max)
+	calls := g.queue[:n:n]
+	g.queue = g.queue[n:]
+	g.mu.Unlock()
+
+	g.writeAll(calls)
+
+	g.mu.Lock()
+	more := len(g.queue) > 0
+	g.writing = more
+	g.mu.Unlock()
+	if more {
+		go g.writeQueued()
+	}
+}
+
+// writeAll writes calls together, or, if that fails, each alone, and answers each.
+func (g *group[In, Out]) writeAll(calls []*groupCall[In, Out]) {
+	defer func() {
+		for _, c := range calls {
+			close(c.done)
+		}
+	}()
+	if len(calls) > 1 {
+		ins := make([]In, len(calls))
+		for i, c := range calls {
+			ins[i] = c.in
+		}
+		ctx, release := joined(calls)
+		outs, err := g.write(ctx, ins)
+		release()
+		if err == nil {
+			for i, c := range calls {
+				c.out = outs[i]
+			}
+			return
+		}
+	}
+	for _, c := range calls {
+		outs, err := g.write(c.ctx, []In{c.in})
+		if err == nil {
+			c.out = outs[0]
+		}
+		c.err = err
+	}
+}

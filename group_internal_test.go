@@ -1,0 +1,157 @@
+package journey
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/pgtest"
+)
+
+// groupedStarts returns a runtime, and a group of Starts of g on it whose first write waits for
+// unblock; it records the size of each write.
+func groupedStarts(t *testing.T, g *graph.Graph) (rt *Runtime, grp *group[map[string]json.RawMessage, *persistence.Execution],
+	unblock chan struct{}, sizes func() []int) {
+	t.Helper()
+	rt, err := New(context.Background(), Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t),
+		Graphs: []*graph.Graph{g}, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Stop(ctx))
+	})
+	var mu sync.Mutex
+	var written []int
+	unblock = make(chan struct{})
+	grp = &group[map[string]json.RawMessage, *persistence.Execution]{max: groupMax,
+		write: func(ctx context.Context, items []map[string]json.RawMessage) ([]*persistence.Execution, error) {
+			mu.Lock()
+			written = append(written, len(items))
+			first := len(written) == 1
+			mu.Unlock()
+			if first {
+				<-unblock
+			}
+			return rt.store.CreateExecutions(ctx, g, items)
+		}}
+	return rt, grp, unblock, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), written...)
+	}
+}
+
+// queued waits until n calls are queued behind the write under way.
+func queued[In, Out any](t *testing.T, grp *group[In, Out], n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		grp.mu.Lock()
+		defer grp.mu.Unlock()
+		return len(grp.queue) == n
+	}, 20*time.Second, time.Millisecond, "%d calls queued", n)
+}
+
+// Starts that queue behind a write go in one transaction together; one that PostgreSQL refuses
+// gets its own error and starts nothing, and the others start.
+func TestGroupedStartsAnswerEachCaller(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("grouped", "v1", []graph.Node{graph.Input("x")})
+	rt, grp, unblock, sizes := groupedStarts(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	type answer struct {
+		e   *persistence.Execution
+		err error
+	}
+	const callers = 10
+	const bad = 4 // a number beyond numeric's range: PostgreSQL refuses it
+	answers := make([]answer, callers+1)
+	var wg sync.WaitGroup
+	call := func(i int, x string) {
+		defer wg.Done()
+		e, err := grp.do(ctx, map[string]json.RawMessage{"x": json.RawMessage(x)})
+		answers[i] = answer{e, err}
+	}
+	wg.Add(1)
+	go call(callers, "0") // the leader, whose write waits
+	queued(t, grp, 0)
+	require.Eventually(t, func() bool { return len(sizes()) == 1 }, 20*time.Second, time.Millisecond)
+	for i := range callers {
+		wg.Add(1)
+		x := "1"
+		if i == bad {
+			x = "1e1000000"
+		}
+		go call(i, x)
+	}
+	queued(t, grp, callers)
+	close(unblock)
+	wg.Wait()
+
+	require.Equal(t, append([]int{1, callers}, make1s(callers)...), sizes(),
+		"the leader alone, then the ten together, and after that failed, each alone")
+	ids := map[string]bool{}
+	for i, a := range answers {
+		if i == bad {
+			require.Error(t, a.err)
+			require.True(t, persistence.Refused(a.err), "%v", a.err)
+			continue
+		}
+		require.NoError(t, a.err, "caller %d", i)
+		ids[a.e.ID] = true
+	}
+	require.Len(t, ids, callers, "every other caller started an execution of its own")
+	counts, err := rt.store.StateCounts(ctx)
+	require.NoError(t, err)
+	require.Empty(t, counts, "the graph has no computations")
+	var n int
+	require.NoError(t, rt.store.DB().NewRaw("SELECT count(*) FROM "+pgx.Identifier{rt.cfg.Schema}.Sanitize()+".executions").Scan(ctx, &n))
+	require.Equal(t, callers, n, "the refused Start started nothing")
+}
+
+func make1s(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = 1
+	}
+	return s
+}
+
+// A caller whose context ends while it is queued is withdrawn: its Start writes nothing.
+func TestGroupedStartWithdrawn(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("withdrawn", "v1", []graph.Node{graph.Input("x")})
+	_, grp, unblock, sizes := groupedStarts(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	led := make(chan error, 1)
+	go func() {
+		_, err := grp.do(ctx, nil)
+		led <- err
+	}()
+	require.Eventually(t, func() bool { return len(sizes()) == 1 }, 20*time.Second, time.Millisecond)
+	qctx, qcancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		_, err := grp.do(qctx, nil)
+		gave <- err
+	}()
+	queued(t, grp, 1)
+	qcancel()
+	require.ErrorIs(t, <-gave, context.Canceled)
+	queued(t, grp, 0)
+	close(unblock)
+	require.NoError(t, <-led)
+	require.Equal(t, []int{1}, sizes(), "nothing was left to write")
+}
