@@ -405,7 +405,7 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 // getOnce returns the node's value if it is newer than rev, ErrComputationFailed if the node has
 // failed for good, and ErrNotSet otherwise; and the execution's revision it read.
 func (r *Runtime) getOnce(ctx context.Context, id, node string, rev int64) (graph.Value, int64, error) {
-	ns, err := r.store.NodeState(ctx, id, node)
+	ns, err := r.looks.do(ctx, persistence.NodeRef{ID: id, Node: node})
 	if err != nil {
 		return graph.Value{}, 0, err
 	}
@@ -580,4 +580,17 @@ func traced[T any](ctx context.Context, r *Runtime, name string, attrs []attribu
 // graphAttrs are the span attributes that name g.
 func graphAttrs(g *graph.Graph) []attribute.KeyValue {
 	return []attribute.KeyValue{telemetry.KeyGraph.String(g.Name()), telemetry.KeyGraphVersion.String(g.Version())}
+}
+
+// lookAll reads the nodes of refs, for the looks of concurrent Gets (r.looks). A node's own error
+// fails the group, whose looks are then made again each alone, so that each gets its own.
+func (r *Runtime) lookAll(ctx context.Context, refs []persistence.NodeRef) ([]persistence.NodeState, error) {
+	states, errs, err := r.store.NodeStates(ctx, refs)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(refs) == 1:
+		return states, errs[0]
+	}
+	return states, errors.Join(errs...)
 }

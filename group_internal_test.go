@@ -16,10 +16,8 @@ import (
 	"github.com/journey-go/journey/internal/pgtest"
 )
 
-// groupedStarts returns a runtime, and a group of Starts of g on it whose first write waits for
-// unblock; it records the size of each write.
-func groupedStarts(t *testing.T, g *graph.Graph) (rt *Runtime, grp *group[map[string]json.RawMessage, *persistence.Execution],
-	unblock chan struct{}, sizes func() []int) {
+// testRuntime returns a runtime serving g, stopped when the test ends.
+func testRuntime(t *testing.T, g *graph.Graph) *Runtime {
 	t.Helper()
 	rt, err := New(context.Background(), Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t),
 		Graphs: []*graph.Graph{g}, Logger: slog.New(slog.DiscardHandler)})
@@ -29,25 +27,43 @@ func groupedStarts(t *testing.T, g *graph.Graph) (rt *Runtime, grp *group[map[st
 		defer cancel()
 		require.NoError(t, rt.Stop(ctx))
 	})
+	return rt
+}
+
+// blocked returns a group that writes with write, whose first write waits for unblock; sizes
+// returns the size of each write.
+func blocked[In, Out any](write func(ctx context.Context, ins []In) ([]Out, error)) (grp *group[In, Out],
+	unblock chan struct{}, sizes func() []int) {
 	var mu sync.Mutex
 	var written []int
 	unblock = make(chan struct{})
-	grp = &group[map[string]json.RawMessage, *persistence.Execution]{max: groupMax,
-		write: func(ctx context.Context, items []map[string]json.RawMessage) ([]*persistence.Execution, error) {
-			mu.Lock()
-			written = append(written, len(items))
-			first := len(written) == 1
-			mu.Unlock()
-			if first {
-				<-unblock
-			}
-			return rt.store.CreateExecutions(ctx, g, items)
-		}}
-	return rt, grp, unblock, func() []int {
+	grp = &group[In, Out]{max: groupMax, write: func(ctx context.Context, ins []In) ([]Out, error) {
+		mu.Lock()
+		written = append(written, len(ins))
+		first := len(written) == 1
+		mu.Unlock()
+		if first {
+			<-unblock
+		}
+		return write(ctx, ins)
+	}}
+	return grp, unblock, func() []int {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]int(nil), written...)
 	}
+}
+
+// groupedStarts returns a runtime, and a group of Starts of g on it whose first write waits for
+// unblock; it records the size of each write.
+func groupedStarts(t *testing.T, g *graph.Graph) (rt *Runtime, grp *group[map[string]json.RawMessage, *persistence.Execution],
+	unblock chan struct{}, sizes func() []int) {
+	t.Helper()
+	rt = testRuntime(t, g)
+	grp, unblock, sizes = blocked(func(ctx context.Context, items []map[string]json.RawMessage) ([]*persistence.Execution, error) {
+		return rt.store.CreateExecutions(ctx, g, items)
+	})
+	return rt, grp, unblock, sizes
 }
 
 // queued waits until n calls are queued behind the write under way.
@@ -154,4 +170,67 @@ func TestGroupedStartWithdrawn(t *testing.T) {
 	close(unblock)
 	require.NoError(t, <-led)
 	require.Equal(t, []int{1}, sizes(), "nothing was left to write")
+}
+
+// Gets' looks that queue behind a look go in one statement, and each gets its own node's state.
+// Read together, a look of an execution that does not exist gets its own ErrNotFound, and the
+// others their states.
+func TestGroupedLooksAnswerEachCaller(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("looks", "v1", []graph.Node{graph.Input("x")})
+	rt := testRuntime(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 5
+	inputs := make([]map[string]any, n)
+	for i := range inputs {
+		inputs[i] = map[string]any{"x": i}
+	}
+	execs, err := rt.StartMany(ctx, g, inputs)
+	require.NoError(t, err)
+	refs := make([]persistence.NodeRef, n)
+	for i, e := range execs {
+		refs[i] = persistence.NodeRef{ID: e.ID, Node: "x"}
+	}
+	check := func(i int, ns persistence.NodeState) {
+		t.Helper()
+		require.EqualValues(t, i, ns.Value.Int(), "execution %d", i)
+		require.Equal(t, execs[i].Revision, ns.Revision, "execution %d", i)
+	}
+
+	grp, unblock, sizes := blocked(rt.lookAll)
+	states := make([]persistence.NodeState, n)
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the leader, whose look waits
+		defer wg.Done()
+		_, errs[n] = grp.do(ctx, refs[0])
+	}()
+	require.Eventually(t, func() bool { return len(sizes()) == 1 }, 20*time.Second, time.Millisecond)
+	for i, ref := range refs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			states[i], errs[i] = grp.do(ctx, ref)
+		}()
+	}
+	queued(t, grp, n)
+	close(unblock)
+	wg.Wait()
+	require.Equal(t, []int{1, n}, sizes(), "the leader alone, then the others together")
+	for i := range n {
+		require.NoError(t, errs[i])
+		check(i, states[i])
+	}
+	require.NoError(t, errs[n])
+
+	mixed := append([]persistence.NodeRef{{ID: "missing", Node: "x"}}, refs...)
+	got, gotErrs, err := rt.store.NodeStates(ctx, mixed)
+	require.NoError(t, err)
+	require.ErrorIs(t, gotErrs[0], ErrNotFound)
+	for i := range n {
+		require.NoError(t, gotErrs[i+1])
+		check(i, got[i+1])
+	}
 }

@@ -72,12 +72,13 @@ type Runtime struct {
 	http       *http.Client
 	cancelBase context.CancelFunc
 	claims     *actors.ClaimGate
-	listening  chan struct{}  // closed once the listener's first LISTEN succeeded
-	running    sync.WaitGroup // claimed attempts whose goroutine has not ended
-	orphaned   atomic.Bool    // set once Stop no longer waits for the running functions
-	saves      atomic.Int64   // OnSave callbacks running
-	saved      chan struct{}  // a signal when one of them returns
-	starts     sync.Map       // *graph.Graph → its group of Starts (see startsOf)
+	listening  chan struct{}                                      // closed once the listener's first LISTEN succeeded
+	running    sync.WaitGroup                                     // claimed attempts whose goroutine has not ended
+	orphaned   atomic.Bool                                        // set once Stop no longer waits for the running functions
+	saves      atomic.Int64                                       // OnSave callbacks running
+	saved      chan struct{}                                      // a signal when one of them returns
+	starts     sync.Map                                           // *graph.Graph → its group of Starts (see startsOf)
+	looks      *group[persistence.NodeRef, persistence.NodeState] // the Gets' looks, read together
 
 	moves    clockMoves // a test clock's moves, acted on at once (now.go)
 	stopped  atomic.Bool
@@ -100,6 +101,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		pool:    cfg.Pool,
 		saved:   make(chan struct{}, 1),
 	}
+	r.looks = &group[persistence.NodeRef, persistence.NodeState]{max: groupMax, write: r.lookAll}
 	tel, err := telemetry.New(cfg.MeterProvider, cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("journey: %w", err)

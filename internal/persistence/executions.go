@@ -309,46 +309,83 @@ func (ns NodeState) Failed() bool { return ns.Latest != nil && ns.Latest.failedF
 // NodeState reads a node's value and its newest attempt, in one prepared statement: a Get that
 // waits makes it at each wakeup.
 func (s *Store) NodeState(ctx context.Context, id, node string) (NodeState, error) {
-	var (
-		name, version string
-		ns            NodeState
-		raw, meta     []byte
-		valueRev      *int64
-		setAt         *time.Time
-		attemptID     *int64
-		state, errMsg *string
-		attempt       *int
-	)
-	err := withPgx(ctx, s.db, func(pg *pgx.Conn) error {
-		return pg.QueryRow(ctx, s.q(`SELECT e.graph_name, e.graph_version, e.revision,
-				v.value, v.metadata, v.revision, v.set_at, c.id, c.state, c.attempt, c.error
-			FROM {s}.executions e
-			LEFT JOIN {s}."values" v ON v.execution_id = e.id AND v.node = $2
-			LEFT JOIN LATERAL (SELECT id, state, attempt, error FROM {s}.computations
-				WHERE execution_id = e.id AND node = $2 ORDER BY id DESC LIMIT 1) c ON true
-			WHERE e.id = $1`), id, node).Scan(&name, &version, &ns.Revision,
-			&raw, &meta, &valueRev, &setAt, &attemptID, &state, &attempt, &errMsg)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return NodeState{}, fmt.Errorf("%w: %q", ErrNotFound, id)
-	}
+	states, errs, err := s.NodeStates(ctx, []NodeRef{{id, node}})
 	if err != nil {
-		return NodeState{}, fmt.Errorf("reading node %q of %s: %w", node, id, err)
+		return NodeState{}, err
 	}
-	g, ok := s.Graph(name, version)
-	if !ok {
-		return NodeState{}, fmt.Errorf("%w: %q version %q", ErrUnknownGraph, name, version)
+	return states[0], errs[0]
+}
+
+// NodeRef names a node of an execution.
+type NodeRef struct{ ID, Node string }
+
+// NodeStates is NodeState for many nodes at once, in one statement. It returns, for each ref,
+// its state or its own error (ErrNotFound, ErrUnknownGraph, ErrUnknownNode); the error it
+// returns is the statement's.
+func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []error, error) {
+	ids, nodes := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		ids[i], nodes[i] = r.ID, r.Node
 	}
-	if _, ok := g.Node(node); !ok {
-		return NodeState{}, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), node)
+	states, errs := make([]NodeState, len(refs)), make([]error, len(refs))
+	found := make([]bool, len(refs))
+	err := withPgx(ctx, s.db, func(pg *pgx.Conn) error {
+		rows, err := pg.Query(ctx, s.q(`SELECT l.ord, e.graph_name, e.graph_version, e.revision,
+				v.value, v.metadata, v.revision, v.set_at, c.id, c.state, c.attempt, c.error
+			FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(id, node, ord)
+			JOIN {s}.executions e ON e.id = l.id
+			LEFT JOIN {s}."values" v ON v.execution_id = e.id AND v.node = l.node
+			LEFT JOIN LATERAL (SELECT id, state, attempt, error FROM {s}.computations
+				WHERE execution_id = e.id AND node = l.node ORDER BY id DESC LIMIT 1) c ON true`), ids, nodes)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				ord           int
+				name, version string
+				ns            NodeState
+				raw, meta     []byte
+				valueRev      *int64
+				setAt         *time.Time
+				attemptID     *int64
+				state, errMsg *string
+				attempt       *int
+			)
+			if err := rows.Scan(&ord, &name, &version, &ns.Revision,
+				&raw, &meta, &valueRev, &setAt, &attemptID, &state, &attempt, &errMsg); err != nil {
+				return err
+			}
+			i := ord - 1
+			found[i] = true
+			if valueRev != nil {
+				ns.Value = graph.Value{Raw: raw, Revision: *valueRev, SetAt: *setAt, Metadata: meta}
+			}
+			if attemptID != nil {
+				ns.Latest = &Computation{ID: *attemptID, State: *state, Attempt: *attempt, Error: errMsg}
+			}
+			states[i] = ns
+			if g, ok := s.Graph(name, version); !ok {
+				errs[i] = fmt.Errorf("%w: %q version %q", ErrUnknownGraph, name, version)
+			} else if _, known := g.Node(refs[i].Node); !known {
+				errs[i] = fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), refs[i].Node)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		if len(refs) == 1 {
+			return nil, nil, fmt.Errorf("reading node %q of %s: %w", refs[0].Node, refs[0].ID, err)
+		}
+		return nil, nil, fmt.Errorf("reading %d nodes: %w", len(refs), err)
 	}
-	if valueRev != nil {
-		ns.Value = graph.Value{Raw: raw, Revision: *valueRev, SetAt: *setAt, Metadata: meta}
+	for i, r := range refs {
+		if !found[i] {
+			errs[i] = fmt.Errorf("%w: %q", ErrNotFound, r.ID)
+		}
 	}
-	if attemptID != nil {
-		ns.Latest = &Computation{ID: *attemptID, State: *state, Attempt: *attempt, Error: errMsg}
-	}
-	return ns, nil
+	return states, errs, nil
 }
 
 // Computations lists every attempt of an execution, oldest first.
