@@ -300,7 +300,12 @@ func (r *Runtime) setMany(ctx context.Context, id string, values map[string]any,
 		}
 		meta = raw
 	}
-	return r.store.SetValues(ctx, id, set, meta, nil)
+	setting := persistence.Setting{ID: id, Set: set, Meta: meta}
+	// A traced Set goes alone: the attempts it creates link to its own span.
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		return r.store.SetValues(ctx, id, set, meta, nil)
+	}
+	return r.sets.do(ctx, setting)
 }
 
 // encode encodes a value or metadata given by the user, and checks that it can be stored. what

@@ -234,3 +234,105 @@ func TestGroupedLooksAnswerEachCaller(t *testing.T) {
 		check(i, got[i+1])
 	}
 }
+
+// Sets that queue behind a write go in one transaction; a bad one (here, of a node that is not an
+// input) gets its own error and writes nothing, while the others succeed; two Sets of one
+// execution each get a revision of their own.
+func TestGroupedSetsAnswerEachCaller(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("sets", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }),
+	})
+	rt := testRuntime(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	execs, err := rt.StartMany(ctx, g, make([]map[string]any, 6))
+	require.NoError(t, err)
+
+	type answer struct {
+		rev int64
+		err error
+	}
+	for _, c := range []struct {
+		name     string
+		settings []persistence.Setting // queued behind a Set of execs[0]
+		sizes    []int
+		check    func(answers []answer)
+	}{{
+		name: "one bad",
+		settings: []persistence.Setting{
+			{ID: execs[1].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`1`)}},
+			{ID: execs[2].ID, Set: map[string]json.RawMessage{"y": json.RawMessage(`1`)}},
+			{ID: execs[3].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`3`)}},
+		},
+		sizes: []int{1, 3, 1, 1, 1},
+		check: func(answers []answer) {
+			require.ErrorIs(t, answers[1].err, ErrNotInput)
+			for _, i := range []int{0, 2} {
+				require.NoError(t, answers[i].err)
+				require.Equal(t, int64(1), answers[i].rev)
+			}
+			v, err := rt.Values(ctx, execs[2].ID)
+			require.NoError(t, err)
+			require.Empty(t, v, "the bad Set wrote nothing")
+			x, err := rt.Get(ctx, execs[3].ID, "x")
+			require.NoError(t, err)
+			require.EqualValues(t, 3, x.Int())
+		},
+	}, {
+		name: "all good",
+		settings: []persistence.Setting{
+			{ID: execs[1].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`11`)}},
+			{ID: execs[3].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`13`)}},
+		},
+		sizes: []int{1, 2},
+		check: func(answers []answer) {
+			for i, id := range []string{execs[1].ID, execs[3].ID} {
+				require.NoError(t, answers[i].err)
+				x, err := rt.Get(ctx, id, "x")
+				require.NoError(t, err)
+				require.EqualValues(t, 11+2*i, x.Int())
+				require.Equal(t, answers[i].rev, x.Revision)
+			}
+		},
+	}, {
+		name: "one execution twice",
+		settings: []persistence.Setting{
+			{ID: execs[4].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`1`)}},
+			{ID: execs[4].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`2`)}},
+			{ID: execs[5].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`5`)}},
+		},
+		sizes: []int{1, 3, 1, 1, 1},
+		check: func(answers []answer) {
+			for _, a := range answers {
+				require.NoError(t, a.err)
+			}
+			require.NotEqual(t, answers[0].rev, answers[1].rev, "each Set of execs[4] has its own revision")
+		},
+	}} {
+		grp, unblock, sizes := blocked(rt.store.SetValuesOf)
+		var led error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, led = grp.do(ctx, persistence.Setting{ID: execs[0].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`0`)}})
+		}()
+		require.Eventually(t, func() bool { return len(sizes()) == 1 }, 20*time.Second, time.Millisecond, c.name)
+		answers := make([]answer, len(c.settings))
+		for i, set := range c.settings {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answers[i].rev, answers[i].err = grp.do(ctx, set)
+			}()
+		}
+		queued(t, grp, len(c.settings))
+		close(unblock)
+		wg.Wait()
+		require.NoError(t, led, c.name)
+		require.Equal(t, c.sizes, sizes(), c.name)
+		c.check(answers)
+	}
+}

@@ -79,6 +79,7 @@ type Runtime struct {
 	saved      chan struct{}                                      // a signal when one of them returns
 	starts     sync.Map                                           // *graph.Graph → its group of Starts (see startsOf)
 	looks      *group[persistence.NodeRef, persistence.NodeState] // the Gets' looks, read together
+	sets       *group[persistence.Setting, int64]                 // the Sets, written together
 
 	moves    clockMoves // a test clock's moves, acted on at once (now.go)
 	stopped  atomic.Bool
@@ -102,6 +103,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		saved:   make(chan struct{}, 1),
 	}
 	r.looks = &group[persistence.NodeRef, persistence.NodeState]{max: groupMax, write: r.lookAll}
+	r.sets = &group[persistence.Setting, int64]{max: groupMax, write: func(ctx context.Context, sets []persistence.Setting) ([]int64, error) {
+		return r.store.SetValuesOf(ctx, sets)
+	}}
 	tel, err := telemetry.New(cfg.MeterProvider, cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("journey: %w", err)

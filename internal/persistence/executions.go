@@ -223,53 +223,106 @@ func (s *Store) LoadExecution(ctx context.Context, id string) (*Execution, error
 // execution. Values equal to the stored ones (and with the same metadata) change nothing. It
 // returns the execution's revision afterwards.
 func (s *Store) SetValues(ctx context.Context, id string, set map[string]json.RawMessage, meta json.RawMessage, unset []string) (int64, error) {
-	// The values go with the lock and the loads, in one round trip, at the execution's next
+	revs, err := s.SetValuesOf(ctx, []Setting{{ID: id, Set: set, Meta: meta, Unset: unset}})
+	if err != nil {
+		return 0, err
+	}
+	return revs[0], nil
+}
+
+// Setting is what SetValues writes to one execution.
+type Setting struct {
+	ID    string
+	Set   map[string]json.RawMessage
+	Meta  json.RawMessage
+	Unset []string
+}
+
+// SetValuesOf makes the writes of SetValues to several executions in one transaction, each
+// execution at most once, and returns their revisions afterwards, in order. An error fails them
+// all, and nothing is written.
+func (s *Store) SetValuesOf(ctx context.Context, settings []Setting) ([]int64, error) {
+	// The values go with the lock and the loads, in one round trip, at each execution's next
 	// revision: the loads see them. A node that is not an input rolls them back.
 	var w valueWrites
-	for _, name := range slices.Sorted(maps.Keys(set)) {
-		w.add(id, name, set[name], meta, 0)
+	ids := make([]string, len(settings))
+	for i, set := range settings {
+		ids[i] = set.ID
+		for _, name := range slices.Sorted(maps.Keys(set.Set)) {
+			w.add(set.ID, name, set.Set[name], set.Meta, 0)
+		}
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(ids)))) < len(ids) {
+		return nil, errors.New("persistence: SetValuesOf was given an execution twice")
 	}
 	var then []step
 	var written []*valueRow
 	if len(w.ids) > 0 {
 		then = append(then, s.writeValuesStep(w, s.clock.NowOrNil(), &written))
 	}
-	var rev int64
-	err := s.write(ctx, id, nil, then, func(ctx context.Context, tx *txn, st *execState) error {
-		st.caller = true
-		for _, name := range append(slices.Clone(w.nodes), unset...) {
-			if err := CheckInput(st.g, name); err != nil {
+	revs := make([]int64, len(settings))
+	var done []*execState
+	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
+		sts, err := s.load(ctx, t, ids, nil, then)
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]*execState, len(sts))
+		for _, st := range sts {
+			byID[st.exec.ID] = st
+		}
+		for i, set := range settings {
+			st := byID[set.ID]
+			if revs[i], err = s.setValues(ctx, t, st, set, written); err != nil {
 				return err
 			}
 		}
-		st.revision++ // every change below is at this revision; taken back if nothing changes
-		changed := len(written) > 0
-		for _, r := range written {
-			st.recordSave(r.Node, r.toValue())
+		if err := s.finish(ctx, t, sts); err != nil {
+			return err
 		}
-		for _, name := range unset {
-			if !st.values.Has(name) {
-				continue
-			}
-			if err := s.deleteValue(ctx, tx, st, name); err != nil {
-				return err
-			}
-			changed = true
-		}
-		if !changed {
-			st.revision--
-			rev = st.revision
-			return nil
-		}
-		st.changed = true
-		err := s.advance(ctx, tx, st)
-		rev = st.revision
-		return err
+		done = sts
+		return nil
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return rev, nil
+	s.committed(ctx, done)
+	return revs, nil
+}
+
+// setValues records in st the write of set, whose values written holds among others', and
+// advances the execution. It returns the execution's revision afterwards.
+func (s *Store) setValues(ctx context.Context, tx *txn, st *execState, set Setting, written []*valueRow) (int64, error) {
+	st.caller = true
+	for _, name := range append(slices.Sorted(maps.Keys(set.Set)), set.Unset...) {
+		if err := CheckInput(st.g, name); err != nil {
+			return 0, err
+		}
+	}
+	st.revision++ // every change below is at this revision; taken back if nothing changes
+	changed := false
+	for _, r := range written {
+		if r.ExecutionID == set.ID {
+			st.recordSave(r.Node, r.toValue())
+			changed = true
+		}
+	}
+	for _, name := range set.Unset {
+		if !st.values.Has(name) {
+			continue
+		}
+		if err := s.deleteValue(ctx, tx, st, name); err != nil {
+			return 0, err
+		}
+		changed = true
+	}
+	if !changed {
+		st.revision--
+		return st.revision, nil
+	}
+	st.changed = true
+	err := s.advance(ctx, tx, st)
+	return st.revision, err
 }
 
 // CheckInput reports why node name of g cannot be set: it is not in the graph (ErrUnknownNode),
