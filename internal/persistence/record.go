@@ -257,6 +257,11 @@ type run struct {
 	// first member's value.
 	vals  graph.Values
 	first graph.Value
+	// watch are the archives and historians of the graph, and ticks tells whether it has ticks:
+	// quiet finds them when it is first asked (watched).
+	watch   []graph.Node
+	ticks   bool
+	watched bool
 }
 
 // revision is the revision of the run's next member: recordOne adds one for each outcome.
@@ -313,35 +318,58 @@ func (r *run) admit(o Outcome) bool {
 
 // quiet reports whether advancing the execution on the run's values would change no value: it
 // would clear none, archive nothing, record no member in a historian, and find no gate that
-// panics. The values before the run were advanced: what the advance would change, the members
-// changed.
+// panics. The values before the run were advanced, and quiet was asked before the newest member
+// came in: what the advance would change now reads the newest member, or reads the ticks as they
+// come due (archives and historians).
 func (r *run) quiet() bool {
-	due := dueOf(r.st, r.vals)
-	for _, n := range r.st.g.Nodes() {
-		switch n.Kind() {
-		case graph.KindInput:
-		case graph.KindArchive:
-			if ok, err := holds(n, due); err != nil || ok && !r.vals.Has(n.Name()) {
-				return false
-			}
-		case graph.KindHistorian:
-			ok, err := holds(n, due)
-			if err != nil || ok && slices.ContainsFunc(n.Upstream(), func(up string) bool { return slices.Contains(r.nodes, up) }) {
-				return false
-			}
-		default:
-			ok, err := holds(n, r.vals)
-			if err != nil || !ok && clearable(n) && r.vals.Has(n.Name()) {
-				return false
-			}
-			if ok {
-				if _, err := holds(n, due); err != nil {
-					return false
-				}
+	g := r.st.g
+	if !r.watched {
+		r.watched = true
+		for _, n := range g.Nodes() {
+			switch n.Kind() {
+			case graph.KindArchive, graph.KindHistorian:
+				r.watch = append(r.watch, n)
+			case graph.KindTickOnce, graph.KindTickRecurring:
+				r.ticks = true
 			}
 		}
 	}
+	due := r.vals
+	if r.ticks {
+		due = dueOf(r.st, r.vals)
+	}
+	for _, n := range r.watch {
+		if !r.still(n, due) {
+			return false
+		}
+	}
+	for _, name := range g.Downstream(r.nodes[len(r.nodes)-1]) {
+		if n, _ := g.Node(name); n.Kind() != graph.KindArchive && n.Kind() != graph.KindHistorian && !r.still(n, due) {
+			return false
+		}
+	}
 	return true
+}
+
+// still reports whether advancing node n on the run's values, due as gates see them to decide
+// whether a node may run, would change no value and find no panic.
+func (r *run) still(n graph.Node, due graph.Values) bool {
+	switch n.Kind() {
+	case graph.KindArchive:
+		ok, err := holds(n, due)
+		return err == nil && (!ok || r.vals.Has(n.Name()))
+	case graph.KindHistorian:
+		ok, err := holds(n, due)
+		return err == nil && (!ok || !slices.ContainsFunc(n.Upstream(), func(up string) bool { return slices.Contains(r.nodes, up) }))
+	}
+	ok, err := holds(n, r.vals)
+	if err != nil || !ok && clearable(n) && r.vals.Has(n.Name()) {
+		return false
+	}
+	if ok && r.ticks {
+		_, err = holds(n, due)
+	}
+	return err == nil
 }
 
 // recordOne records one fenced outcome in its execution's state, and advances the execution. pre,
