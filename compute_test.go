@@ -340,3 +340,43 @@ func TestWaitingGetReturnsWhatAReadReturns(t *testing.T) {
 		require.JSONEq(t, fmt.Sprintf(`{"x": %d}`, i+100), string(waited.Raw))
 	}
 }
+
+// A fan-out's siblings, recorded together or apart, each land at a revision of their own, and
+// the node that needs them all runs once, on all their values.
+func TestFanoutSiblingsLandAtRevisionsOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	const width = 10
+	nodes := fanoutGraph(width).Nodes()
+	var fs []string
+	for i := range width {
+		fs = append(fs, fmt.Sprintf("f%d", i))
+	}
+	g := graph.MustNew("fanin", "v1", append(nodes, graph.Compute("sum", graph.Needs(fs...),
+		func(ctx context.Context, in graph.Values) (any, error) {
+			var sum int64
+			for _, f := range fs {
+				sum += in.Int(f)
+			}
+			return sum, nil
+		})))
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 1}))
+	require.NoError(t, err)
+	sum, err := rt.Get(ctx, ex.ID, "sum", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, int64(width+width*(width-1)/2), sum.Int())
+
+	vals, err := rt.Values(ctx, ex.ID)
+	require.NoError(t, err)
+	revs := map[int64]string{}
+	for _, f := range fs {
+		rev := vals[f].Revision
+		require.NotContains(t, revs, rev, "%s and %s share a revision", f, revs[rev])
+		revs[rev] = f
+		require.Less(t, rev, sum.Revision, "sum lands after %s", f)
+	}
+	sums := attempts(t, rt, ex.ID, "sum")
+	require.Len(t, sums, 1)
+	require.Equal(t, journey.StateSuccess, sums[0].State)
+}

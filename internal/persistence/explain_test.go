@@ -98,6 +98,22 @@ func (l *statementLog) take() []statement {
 	return out
 }
 
+// roundTrips returns the round trips taken since the last take, and takes them: a pgx batch is
+// one, and so is each statement sent alone.
+func (l *statementLog) roundTrips() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, batches := 0, map[int]bool{}
+	for _, st := range l.sent[l.since:] {
+		if st.batch == 0 || !batches[st.batch] {
+			n++
+			batches[st.batch] = true
+		}
+	}
+	l.since = len(l.sent)
+	return n
+}
+
 // explain returns the plan of st, in JSON and read. A statement of pgx is explained as the
 // runtime runs it: prepared, with the generic plan that plan_cache_mode=force_generic_plan makes
 // once for every call.

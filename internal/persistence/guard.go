@@ -22,9 +22,15 @@ func recovered[T any](what string, fn func() T) (v T, err error) {
 	return fn(), nil
 }
 
-// holds evaluates a node's gate against vals.
-func holds(n graph.Node, vals graph.Values) (bool, error) {
-	return recovered("the gate of node "+quote(n.Name()), func() bool { return n.Gate().Holds(vals) })
+// holds evaluates a node's gate against vals, as recovered would, naming the gate only if it
+// panics: it is evaluated for each node at each advance.
+func holds(n graph.Node, vals graph.Values) (ok bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the gate of node %s %w: %v", quote(n.Name()), errUserPanic, p)
+		}
+	}()
+	return n.Gate().Holds(vals), nil
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"time"
@@ -52,6 +53,24 @@ func (st *execState) dueView() graph.Values {
 			continue
 		}
 		due[name] = v
+	}
+	return due
+}
+
+// dueOf is vals, values of the execution with the same ticks, as dueView sees them: vals itself
+// if every tick in it is due.
+func dueOf(st *execState, vals graph.Values) graph.Values {
+	var due graph.Values
+	for name := range vals {
+		if n, _ := st.g.Node(name); isTick(n) && !st.tickDue(name) {
+			if due == nil {
+				due = maps.Clone(vals)
+			}
+			delete(due, name)
+		}
+	}
+	if due == nil {
+		return vals
 	}
 	return due
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/trace"
@@ -184,31 +186,39 @@ func (s *Store) fenced(outs []Outcome, fenced []int64) []bool {
 }
 
 // stored is the value of an outcome that storeResults wrote ahead: row is what changed, nil if
-// the value was equal to the stored one.
-type stored struct{ row *valueRow }
+// the value was equal to the stored one. more is set on each outcome of a run but its last: its
+// execution advances after the last.
+type stored struct {
+	row  *valueRow
+	more bool
+}
 
 // storeResults writes ahead, in one statement, the values of the successes that recordOne would
-// store as they are: the first outcome of its execution in the batch, of a node that is not a
-// mutate, whose gate holds. It returns them by outcome index. The others are left to recordOne.
+// store as they are: for each execution, the leading run of its outcomes in the batch that a run
+// may take (see run.admit), whose k-th recordOne records at the execution's revision plus k, as it
+// advances the execution once, after the last. It returns them by outcome index. The others are
+// left to recordOne.
 func (s *Store) storeResults(ctx context.Context, tx *txn, sts map[string]*execState, outs []Outcome, won []bool) (map[int]*stored, error) {
 	var w valueWrites
 	var which []int
-	first := map[string]bool{}
+	runs := map[string]*run{}
 	for i, o := range outs {
+		if !won[i] {
+			continue
+		}
 		id := o.C.ExecutionID
-		if !won[i] || first[id] {
+		r := runs[id]
+		if r == nil {
+			r = &run{st: sts[id], open: true}
+			runs[id] = r
+		}
+		rev := r.revision()
+		if !r.admit(o) {
+			r.open = false
 			continue
 		}
-		first[id] = true
-		st := sts[id]
-		n, _ := st.g.Node(o.C.Node)
-		if o.Err != nil || n.Kind() == graph.KindMutate {
-			continue
-		}
-		if ok, err := holds(n, st.values); !ok || err != nil {
-			continue
-		}
-		w.add(id, o.C.Node, o.Result, nil, st.revision+1) // recordOne's revision
+		w.add(id, o.C.Node, o.Result, nil, rev)
+		r.members = append(r.members, i)
 		which = append(which, i)
 	}
 	if len(which) == 0 {
@@ -218,19 +228,153 @@ func (s *Store) storeResults(ctx context.Context, tx *txn, sts map[string]*execS
 	if err != nil {
 		return nil, err
 	}
-	changed := make(map[string]*valueRow, len(rows))
+	type key struct{ id, node string }
+	changed := make(map[key]*valueRow, len(rows))
 	for _, r := range rows {
-		changed[r.ExecutionID] = r
+		changed[key{r.ExecutionID, r.Node}] = r
 	}
 	out := make(map[int]*stored, len(which))
 	for k, i := range which {
-		out[i] = &stored{row: changed[w.ids[k]]}
+		out[i] = &stored{row: changed[key{w.ids[k], w.nodes[k]}]}
+	}
+	for _, r := range runs {
+		for _, i := range r.members[:max(len(r.members)-1, 0)] {
+			out[i].more = true
+		}
 	}
 	return out, nil
 }
 
-// recordOne records one fenced outcome in its execution's state. pre, if not nil, is its value,
-// which storeResults wrote ahead.
+// run is the leading run of an execution's outcomes in a batch, whose values storeResults writes
+// ahead, and which recordOne records with one advance after the last.
+type run struct {
+	st      *execState
+	members []int    // their indexes in the batch
+	nodes   []string // their nodes
+	open    bool     // it may take more
+	// vals are the values as the run leaves them: the execution's, with its members' results at
+	// their revisions. They are made when a second member is considered; until then, first is the
+	// first member's value.
+	vals  graph.Values
+	first graph.Value
+	// watch are the archives and historians of the graph, and ticks tells whether it has ticks:
+	// quiet finds them when it is first asked (watched).
+	watch   []graph.Node
+	ticks   bool
+	watched bool
+}
+
+// revision is the revision of the run's next member: recordOne adds one for each outcome.
+func (r *run) revision() int64 { return r.st.revision + int64(len(r.members)) + 1 }
+
+// admit reports whether the run may take o, and if so adds its value to the run's values; the
+// caller adds o to the members. The run takes a success of a node that is not a mutate, whose gate
+// holds on the values as the run leaves them. Past the first, it takes a success of a compute node
+// that is not in the run yet, if the advance that the run skips before it would change no value
+// (quiet): recorded one at a time, the outcomes would write the same values, at the same
+// revisions, and only the attempts that those advances create differ: the run's one advance
+// creates them from all its values, as the advance after a Set of several values does.
+//
+// The gates see a member's result as it was computed, not as PostgreSQL stores it (the same JSON,
+// spelled its own way), at the revision recordOne gives it, even if it is equal to the stored
+// value, whose revision then stays.
+func (r *run) admit(o Outcome) bool {
+	if !r.open || o.Err != nil {
+		return false
+	}
+	st := r.st
+	n, _ := st.g.Node(o.C.Node)
+	if n.Kind() == graph.KindMutate {
+		return false
+	}
+	vals := st.values
+	if len(r.members) > 0 {
+		if n.Kind() != graph.KindCompute || slices.Contains(r.nodes, n.Name()) {
+			return false
+		}
+		if r.vals == nil {
+			r.vals = maps.Clone(st.values)
+			r.vals[r.nodes[0]] = r.first
+		}
+		if !r.quiet() {
+			return false
+		}
+		vals = r.vals
+	}
+	if ok, err := holds(n, vals); !ok || err != nil {
+		return false
+	}
+	v := graph.Value{Raw: o.Result, Revision: r.revision(), SetAt: st.now}
+	if r.vals == nil {
+		r.first = v
+	} else {
+		r.vals[n.Name()] = v
+	}
+	r.nodes = append(r.nodes, n.Name())
+	// Gates see a tick once it comes due, not as it is written: a tick ends the run.
+	r.open = n.Kind() == graph.KindCompute
+	return true
+}
+
+// quiet reports whether advancing the execution on the run's values would change no value: it
+// would clear none, archive nothing, record no member in a historian, and find no gate that
+// panics. The values before the run were advanced, and quiet was asked before the newest member
+// came in: what the advance would change now reads the newest member, or reads the ticks as they
+// come due (archives and historians).
+func (r *run) quiet() bool {
+	g := r.st.g
+	if !r.watched {
+		r.watched = true
+		for _, n := range g.Nodes() {
+			switch n.Kind() {
+			case graph.KindArchive, graph.KindHistorian:
+				r.watch = append(r.watch, n)
+			case graph.KindTickOnce, graph.KindTickRecurring:
+				r.ticks = true
+			}
+		}
+	}
+	due := r.vals
+	if r.ticks {
+		due = dueOf(r.st, r.vals)
+	}
+	for _, n := range r.watch {
+		if !r.still(n, due) {
+			return false
+		}
+	}
+	for _, name := range g.Downstream(r.nodes[len(r.nodes)-1]) {
+		if n, _ := g.Node(name); n.Kind() != graph.KindArchive && n.Kind() != graph.KindHistorian && !r.still(n, due) {
+			return false
+		}
+	}
+	return true
+}
+
+// still reports whether advancing node n on the run's values, due as gates see them to decide
+// whether a node may run, would change no value and find no panic.
+func (r *run) still(n graph.Node, due graph.Values) bool {
+	switch n.Kind() {
+	case graph.KindArchive:
+		ok, err := holds(n, due)
+		return err == nil && (!ok || r.vals.Has(n.Name()))
+	case graph.KindHistorian:
+		ok, err := holds(n, due)
+		return err == nil && (!ok || !slices.ContainsFunc(n.Upstream(), func(up string) bool { return slices.Contains(r.nodes, up) }))
+	}
+	ok, err := holds(n, r.vals)
+	if err != nil || !ok && clearable(n) && r.vals.Has(n.Name()) {
+		return false
+	}
+	if ok && r.ticks {
+		_, err = holds(n, due)
+	}
+	return err == nil
+}
+
+// recordOne records one fenced outcome in its execution's state, and advances the execution. pre,
+// if not nil, is its value, which storeResults wrote ahead once the node's gate held; if pre.more,
+// the execution is advanced after a later outcome of its run instead.
 func (s *Store) recordOne(ctx context.Context, tx *txn, st *execState, o Outcome, pre *stored) error {
 	c := o.C
 	st.revision++
@@ -242,7 +386,10 @@ func (s *Store) recordOne(ctx context.Context, tx *txn, st *execState, o Outcome
 		return err
 	}
 	n, _ := st.g.Node(c.Node)
-	ok, err := holds(n, st.values)
+	ok, err := true, error(nil)
+	if pre == nil { // storeResults judged the gate of what it wrote
+		ok, err = holds(n, st.values)
+	}
 	switch {
 	case err != nil:
 		return s.gatePanicked(ctx, tx, st, c, err)
@@ -255,6 +402,10 @@ func (s *Store) recordOne(ctx context.Context, tx *txn, st *execState, o Outcome
 			return err
 		}
 	case pre != nil:
+		if pre.row != nil && pre.row.Revision != st.revision {
+			return fmt.Errorf("recording %q of %s: its value was written at revision %d, not %d",
+				c.Node, st.exec.ID, pre.row.Revision, st.revision)
+		}
 		if pre.row != nil {
 			st.values[c.Node] = pre.row.toValue()
 			st.changed = true
@@ -266,5 +417,8 @@ func (s *Store) recordOne(ctx context.Context, tx *txn, st *execState, o Outcome
 		}
 	}
 	st.latest[c.Node] = c
+	if pre != nil && pre.more {
+		return nil // its execution advances after the last outcome of its run
+	}
 	return s.advance(ctx, tx, st)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -293,4 +294,172 @@ func siblings() *graph.Graph {
 		graph.Compute("b", graph.Needs("x"), one),
 		graph.Compute("c", graph.Needs("x"), one),
 	})
+}
+
+// The ten siblings of a fan-out, recorded in one batch, are recorded as ten completions one after
+// the other would be: each value has a revision of its own, one higher than the one before it in
+// the batch, and its entry in the history. The downstream nodes are advanced once all ten are in:
+// each gets one attempt, which reads every sibling it depends on at its revision.
+func TestRecordAFanOutInOneBatch(t *testing.T) {
+	t.Parallel()
+	g := fanOut(10)
+	b := setup(t, g)
+	ctx := context.Background()
+	id := b.start(t, g, map[string]any{"x": 1})
+	claimed, err := b.store.Claim(ctx, "r1", 20)
+	require.NoError(t, err)
+	require.Len(t, claimed, 10)
+	slices.Reverse(claimed) // the batch's order, not the claim's, decides the revisions
+	before, err := b.store.LoadExecution(ctx, id)
+	require.NoError(t, err)
+	var outs []Outcome
+	for i, c := range claimed {
+		outs = append(outs, Outcome{C: c, Result: json.RawMessage(strconv.Itoa(i)), Used: map[string]int64{"x": 1}})
+	}
+	lost, err := b.store.Record(ctx, outs)
+	require.NoError(t, err)
+	require.Equal(t, make([]error, 10), lost)
+
+	after, err := b.store.LoadExecution(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, before.Revision+10, after.Revision, "one revision per completion")
+	vals, err := b.store.Values(ctx, id)
+	require.NoError(t, err)
+	var history []struct {
+		Node     string `bun:"node"`
+		Revision int64  `bun:"revision"`
+	}
+	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node, revision FROM {s}.value_history
+		WHERE execution_id = ? AND node <> 'x' ORDER BY revision`), id).Scan(ctx, &history))
+	require.Len(t, history, 10, "each value is in the history")
+	for i, c := range claimed {
+		rev := before.Revision + int64(i) + 1
+		require.Equal(t, rev, vals[c.Node].Revision, "%s is the batch's outcome %d", c.Node, i)
+		require.Equal(t, int64(i), vals.Int(c.Node))
+		require.Equal(t, c.Node, history[i].Node)
+		require.Equal(t, rev, history[i].Revision)
+	}
+
+	comps, err := b.store.Computations(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, comps, 12, "the ten, and one attempt of each node downstream")
+	for _, c := range comps {
+		switch c.Node {
+		case "all":
+			want := map[string]int64{}
+			for i := range 10 {
+				f := "f" + strconv.Itoa(i+1)
+				want[f] = vals[f].Revision
+			}
+			require.Equal(t, StateAvailable, c.State)
+			require.Equal(t, signature(want), parseSignature(c.ComputedWith))
+		case "either":
+			require.Equal(t, StateAvailable, c.State)
+			require.Equal(t, signature{"f1": vals["f1"].Revision, "f2": vals["f2"].Revision}, parseSignature(c.ComputedWith),
+				"it reads both siblings that the batch wrote: it need not run again for the second")
+		default:
+			require.Equal(t, StateSuccess, c.State, "node %s", c.Node)
+		}
+	}
+}
+
+// A batch that holds the ten siblings of one execution takes as many round trips as one that
+// holds one outcome of each of ten executions: the siblings' values are written in one statement.
+func TestRecordAFanOutInAsManyRoundTripsAsOneNode(t *testing.T) {
+	t.Parallel()
+	g := fanOut(10)
+	b := setup(t, g)
+	ctx := context.Background()
+	b.start(t, g, map[string]any{"x": 1})
+	siblings, err := b.store.Claim(ctx, "r1", 20)
+	require.NoError(t, err)
+	require.Len(t, siblings, 10)
+	for range 10 {
+		b.start(t, g, map[string]any{"x": 1})
+	}
+	claimed, err := b.store.Claim(ctx, "r1", 100)
+	require.NoError(t, err)
+	require.Len(t, claimed, 100)
+	var firsts []*Computation
+	for _, c := range claimed {
+		if c.Node == "f1" {
+			firsts = append(firsts, c)
+		}
+	}
+	require.Len(t, firsts, 10)
+
+	s, log, _ := b.tracedStore(t)
+	record := func(cs []*Computation) int {
+		t.Helper()
+		log.take()
+		var outs []Outcome
+		for _, c := range cs {
+			outs = append(outs, Outcome{C: c, Result: json.RawMessage(`1`), Used: map[string]int64{"x": 1}})
+		}
+		lost, err := s.Record(ctx, outs)
+		require.NoError(t, err)
+		require.Equal(t, make([]error, len(cs)), lost)
+		return log.roundTrips()
+	}
+	apart := record(firsts)
+	together := record(siblings)
+	require.Equal(t, apart, together, "round trips of ten siblings, against those of ten executions")
+}
+
+// fanOut is a graph whose input x fans out to n compute nodes f1…fn, each of which computes 1;
+// all needs every one of them, and either needs f1 or f2.
+func fanOut(n int) *graph.Graph {
+	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
+	nodes := []graph.Node{graph.Input("x")}
+	var fs []string
+	for i := range n {
+		f := "f" + strconv.Itoa(i+1)
+		fs = append(fs, f)
+		nodes = append(nodes, graph.Compute(f, graph.Needs("x"), one))
+	}
+	return graph.MustNew("fanout", "v1", append(nodes,
+		graph.Compute("all", graph.Needs(fs...), one),
+		graph.Compute("either", graph.Or(graph.Needs("f1"), graph.Needs("f2")), one)))
+}
+
+// A sibling whose value clears another node's value ends the batch's run of its execution: the
+// siblings after it are recorded as if alone, after the clearing. Here a clears c, which b needs:
+// b's result is dropped, as it would be after a's completion alone.
+func TestRecordASiblingThatClearsEndsTheRun(t *testing.T) {
+	t.Parallel()
+	one := func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }
+	g := graph.MustNew("clears", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("c", graph.And(graph.Needs("x"), graph.Not(graph.Needs("a"))), one),
+		graph.Compute("a", graph.Needs("x"), one),
+		graph.Compute("b", graph.Needs("c"), one),
+	})
+	b := setup(t, g)
+	ctx := context.Background()
+	id := b.start(t, g, map[string]any{"x": 1})
+	claimed, err := b.store.Claim(ctx, "r1", 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
+	i := slices.IndexFunc(claimed, func(c *Computation) bool { return c.Node == "c" })
+	lost, err := b.store.Record(ctx, []Outcome{{C: claimed[i], Result: json.RawMessage(`1`), Used: map[string]int64{"x": 1}}})
+	require.NoError(t, err)
+	require.NoError(t, lost[0])
+	a := claimed[1-i]
+	claimed, err = b.store.Claim(ctx, "r1", 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.Equal(t, "b", claimed[0].Node)
+
+	lost, err = b.store.Record(ctx, []Outcome{
+		{C: a, Result: json.RawMessage(`1`), Used: map[string]int64{"x": 1}},
+		{C: claimed[0], Result: json.RawMessage(`1`), Used: map[string]int64{"c": 2}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []error{nil, nil}, lost)
+	vals, err := b.store.Values(ctx, id)
+	require.NoError(t, err)
+	require.True(t, vals.Has("a"))
+	require.False(t, vals.Has("c"), "a's value cleared c")
+	require.False(t, vals.Has("b"), "b's result came after c was cleared")
+	require.Equal(t, StateCanceled, b.latest(t, id, "b").State)
 }
