@@ -99,12 +99,15 @@ func (l *statementLog) take() []statement {
 }
 
 // roundTrips returns the round trips taken since the last take, and takes them: a pgx batch is
-// one, and so is each statement sent alone.
+// one, and so is each statement sent alone. The notes, sent after the commit, are not counted.
 func (l *statementLog) roundTrips() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n, batches := 0, map[int]bool{}
 	for _, st := range l.sent[l.since:] {
+		if strings.Contains(st.sql, "pg_notify") {
+			continue // the notes, after the commit, on a connection of their own
+		}
 		if st.batch == 0 || !batches[st.batch] {
 			n++
 			batches[st.batch] = true
