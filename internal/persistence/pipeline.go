@@ -32,6 +32,10 @@ type txn struct {
 	tail  []step // statements sent with the COMMIT
 	// handing are the executions whose new values go to the store's Handoff, at the COMMIT.
 	handing []*execState
+	// reserved counts the reservations of the store's Local, and claiming are the executions
+	// whose attempts are claimed with them (see Store.claimLocally).
+	reserved int
+	claiming []*execState
 }
 
 // step is one statement of a batch, and what reads its result; nil read discards it.
@@ -55,6 +59,7 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 		return err
 	}
 	if err := fn(ctx, t); err != nil {
+		s.handOver(t, false)
 		t.rollback(ctx)
 		return err
 	}
@@ -65,6 +70,7 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 	if err == nil && s.hooks.Committed != nil {
 		err = s.hooks.Committed(t.handed())
 	}
+	s.handOver(t, err == nil)
 	for _, st := range t.handing {
 		if err == nil {
 			s.handoff.Committed(st.exec.ID, st.revision, st.values)

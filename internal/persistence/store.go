@@ -97,6 +97,9 @@ type Config struct {
 	// Handoff is told of each write that changes an execution's values, around its COMMIT.
 	// Default: none.
 	Handoff Handoff
+	// Local, if set, takes the attempts that the callers' writes make ready, claimed for this
+	// replica as they are made. Default: none; a claim takes them.
+	Local Local
 	// Hooks are test-only knobs.
 	Hooks Hooks
 	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) and the
@@ -149,6 +152,7 @@ type Store struct {
 	logger      *slog.Logger
 	onSave      func(g *graph.Graph, e graph.SaveEvent)
 	handoff     Handoff
+	local       Local
 	routes      []string // Route.String of each Config.Routes
 	sweepLease  string
 	promoteKey  string
@@ -179,6 +183,7 @@ func New(cfg Config) (*Store, error) {
 		logger:      cfg.Logger,
 		onSave:      cfg.OnSave,
 		handoff:     cfg.Handoff,
+		local:       cfg.Local,
 		promoteKey:  "journey-promote:" + schema,
 		lockTimeout: cmp.Or(cfg.LockTimeout, 3*time.Second),
 		hooks:       cfg.Hooks,
