@@ -70,14 +70,16 @@ func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) 
 	if err == nil && s.hooks.Committed != nil {
 		err = s.hooks.Committed(t.handed())
 	}
-	s.handOver(t, err == nil)
 	for _, st := range t.handing {
 		if err == nil {
 			s.handoff.Committed(st.exec.ID, st.revision, st.values)
+			s.handoff.Known(st.exec.ID, st.revision, st.g, st.values, st.failed())
 		} else {
 			s.handoff.Aborted(st.exec.ID, st.revision)
 		}
 	}
+	// Last: the attempts handed over are the dispatcher's from here.
+	s.handOver(t, err == nil)
 	if err != nil {
 		t.rollback(ctx)
 		return fmt.Errorf("committing: %w", err)
