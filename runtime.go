@@ -51,6 +51,8 @@ type Runtime struct {
 	sqldb   *sql.DB
 	hbpool  *pgxpool.Pool // the heartbeats' own connections
 	hbsqldb *sql.DB
+	rcpool  *pgxpool.Pool // the completer's own connections
+	rcsqldb *sql.DB
 	store   *persistence.Store
 	waiters *waiters
 
@@ -131,14 +133,24 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("journey: opening the heartbeat pool: %w", err)
 	}
 	r.hbpool = hbpool
+	// So does the completer, which records the outcomes: in the shared pool, its transactions
+	// queued behind the callers' writes and reads, and so did every value a Get waited for.
+	rccfg := r.pool.Config().Copy()
+	rccfg.MaxConns, rccfg.MinConns = 2, 0
+	if r.rcpool, err = pgxpool.NewWithConfig(ctx, rccfg); err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: opening the completer's pool: %w", err)
+	}
 	if err := r.pool.Ping(ctx); err != nil {
 		r.closePool()
 		return nil, fmt.Errorf("journey: connecting to PostgreSQL: %w", err)
 	}
 	r.sqldb = persistence.OpenDB(r.pool)
 	r.hbsqldb = persistence.OpenDB(r.hbpool)
+	r.rcsqldb = persistence.OpenDB(r.rcpool)
 	db := bun.NewDB(r.sqldb, pgdialect.New())
 	hbdb := bun.NewDB(r.hbsqldb, pgdialect.New())
+	rcdb := bun.NewDB(r.rcsqldb, pgdialect.New())
 	if !cfg.SkipMigrations {
 		if _, err := migrations.Migrate(ctx, db, cfg.Schema, r.logger); err != nil {
 			r.closePool()
@@ -147,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	r.local = actors.NewLocal(cfg.ReplicaID)
 	store, err := persistence.New(persistence.Config{
-		DB: db, HeartbeatDB: hbdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
+		DB: db, HeartbeatDB: hbdb, RecordDB: rcdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
 		OnSave: r.fireSave, Handoff: r.waiters, Local: r.local, Routes: cfg.routes(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
 		Tracer: tel.Tracer,
 	})
@@ -349,13 +361,15 @@ func setsPoolMaxConns(connString string) bool {
 }
 
 func (r *Runtime) closePool() {
-	for _, db := range []*sql.DB{r.sqldb, r.hbsqldb} {
+	for _, db := range []*sql.DB{r.sqldb, r.hbsqldb, r.rcsqldb} {
 		if db != nil {
 			_ = db.Close()
 		}
 	}
-	if r.hbpool != nil {
-		r.hbpool.Close()
+	for _, p := range []*pgxpool.Pool{r.hbpool, r.rcpool} {
+		if p != nil {
+			p.Close()
+		}
 	}
 	if r.ownPool {
 		r.pool.Close()

@@ -49,7 +49,12 @@ type step struct {
 // about the executions fn left in t.handing. If fn fails, or the commit does, the transaction is
 // rolled back.
 func (s *Store) inTxn(ctx context.Context, fn func(ctx context.Context, t *txn) error) error {
-	conn, err := s.db.Conn(ctx)
+	return s.inTxnOn(ctx, s.db, fn)
+}
+
+// inTxnOn is inTxn on a connection of db.
+func (s *Store) inTxnOn(ctx context.Context, db *bun.DB, fn func(ctx context.Context, t *txn) error) error {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("taking a connection: %w", err)
 	}

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -40,7 +41,7 @@ type Outcome struct {
 func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 	lost := make([]error, len(outs))
 	var done []*execState
-	err := s.inTxn(ctx, func(ctx context.Context, t *txn) error {
+	err := s.inTxnOn(ctx, cmp.Or(s.recdb, s.db), func(ctx context.Context, t *txn) error {
 		// The fences and the loads go in one round trip. The loads take every execution of the
 		// batch, in id order, after the computations' rows: an execution whose attempts all lost
 		// their claims is dropped below.

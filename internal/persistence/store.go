@@ -83,6 +83,9 @@ type Config struct {
 	// HeartbeatDB, if set, carries the heartbeats (the replica's and the watchdogs'), so that a
 	// pool full of work cannot starve them. Default DB.
 	HeartbeatDB *bun.DB
+	// RecordDB, if set, carries the recording of outcomes (Record), so that the completer does
+	// not queue for a connection behind the callers. Default DB.
+	RecordDB *bun.DB
 	// Schema holds the tables. Default "journey".
 	Schema string
 	// Graphs are the graphs this replica serves.
@@ -146,6 +149,7 @@ type Hooks struct {
 type Store struct {
 	db          *bun.DB
 	hbdb        *bun.DB
+	recdb       *bun.DB
 	schema      string // raw name
 	quoted      string // quoted identifier, substituted for {s} in queries
 	channel     string
@@ -179,6 +183,7 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{
 		db:          cfg.DB,
 		hbdb:        cfg.HeartbeatDB,
+		recdb:       cfg.RecordDB,
 		schema:      schema,
 		quoted:      pgx.Identifier{schema}.Sanitize(),
 		channel:     channelName(schema),
