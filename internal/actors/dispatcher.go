@@ -166,7 +166,7 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.timers = scheduler.NewTimerScheduler(ctx)
 		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
 		system, self := ctx.ActorSystem(), ctx.Self()
-		d.cfg.Local.attach(func(msg localWork) { system.Root.Send(self, msg) })
+		d.cfg.Local.attach(func(msg localWork) { system.Root.Send(self, msg) }, d.cfg.Running)
 		d.runOnce(ctx)
 	case Wake:
 		d.queueClaim(ctx)
@@ -311,8 +311,9 @@ func (d *dispatcher) publish() {
 }
 
 // spawnLocal spawns the attempts that a write of this replica claimed as it made them, in the
-// workers it reserved, and ends those reservations. It spawns them even while draining or paused:
-// they are claimed, as those of a claim that was in flight.
+// workers it reserved, and ends those reservations. It spawns them even while draining or paused,
+// or once the replica's stop has cancelled their context (they are released then): they are
+// claimed, as those of a claim that was in flight. A stop waits for them as for the others.
 func (d *dispatcher) spawnLocal(ctx actor.Context, w localWork) {
 	for _, c := range w.claimed {
 		g, n, ok := d.cfg.Store.GraphOf(c)
@@ -324,6 +325,8 @@ func (d *dispatcher) spawnLocal(ctx actor.Context, w localWork) {
 		pid := spawnComputation(ctx, d.env, c, g, n)
 		d.running[pid.Id], d.computing[pid.Id] = true, true
 	}
+	// Each attempt counts among the running from its spawn on; its reservation counted until then.
+	d.cfg.Running.Add(-w.reserved)
 	d.cfg.Local.settle(w.reserved)
 	d.publish()
 	d.checkDrained(ctx)

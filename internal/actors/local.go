@@ -17,6 +17,10 @@ type Local struct {
 	free      int // the workers the writes may reserve, as the dispatcher last published them
 	reserved  int // the reservations that the dispatcher has not settled yet
 	send      func(localWork)
+	// running is the dispatcher's count of the claimed attempts whose goroutine has not ended,
+	// which a stop waits for: each reservation counts in it from Reserve, before Close, until it
+	// is given back or its attempt's own goroutine counts instead.
+	running *sync.WaitGroup
 }
 
 // localWork hands the dispatcher the attempts that a write claimed with reserved reservations:
@@ -45,6 +49,7 @@ func (l *Local) Reserve(n int) int {
 		return 0
 	}
 	l.reserved += k
+	l.running.Add(k)
 	return k
 }
 
@@ -57,6 +62,7 @@ func (l *Local) Handed(cs []*persistence.Computation, reserved int) {
 // hears of it, in case it waits for the reservations to end.
 func (l *Local) Unreserve(n int) {
 	l.settle(n)
+	l.running.Add(-n)
 	l.deliver(localWork{})
 }
 
@@ -70,18 +76,26 @@ func (l *Local) deliver(w localWork) {
 }
 
 // Close makes Reserve reserve nothing more: the replica stops. The reservations granted are
-// settled as before.
+// settled as before, and count among the running attempts until then.
 func (l *Local) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
 }
 
-// attach is called by the dispatcher as it starts, with what sends it a message.
-func (l *Local) attach(send func(localWork)) {
+// Closed reports whether Close was called.
+func (l *Local) Closed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.send = send
+	return l.closed
+}
+
+// attach is called by the dispatcher as it starts, with what sends it a message, and its count
+// of running attempts.
+func (l *Local) attach(send func(localWork), running *sync.WaitGroup) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.send, l.running = send, running
 }
 
 // publish sets the workers that the writes may reserve.
