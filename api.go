@@ -373,20 +373,25 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 		}
 	}()
 	every := r.cfg.PollInterval
-	for {
+	for first := true; ; first = false {
 		var w *waiter
 		var remove func()
+		known := false
 		if o.wait {
-			w, remove = r.waiters.add(id, node, o.newer)
+			// A Get that waits right after a write of this replica to the execution (a Set)
+			// knows what a first look would find: nothing yet.
+			w, remove, known = r.waiters.addKnown(id, node, o.newer, first)
 		}
-		v, seen, err := r.getOnce(ctx, id, node, o.newer)
-		if !o.wait || !errors.Is(err, ErrNotSet) {
-			if remove != nil {
-				remove()
+		if !known {
+			v, seen, err := r.getOnce(ctx, id, node, o.newer)
+			if !o.wait || !errors.Is(err, ErrNotSet) {
+				if remove != nil {
+					remove()
+				}
+				return v, err
 			}
-			return v, err
+			w.settle(seen)
 		}
-		w.settle(seen)
 		if poll == nil {
 			poll = time.NewTimer(every)
 		}

@@ -72,6 +72,7 @@ type Runtime struct {
 	http       *http.Client
 	cancelBase context.CancelFunc
 	claims     *actors.ClaimGate
+	local      *actors.Local                                      // hands the work that this replica's writes make ready to its dispatcher
 	listening  chan struct{}                                      // closed once the listener's first LISTEN succeeded
 	running    sync.WaitGroup                                     // claimed attempts whose goroutine has not ended
 	orphaned   atomic.Bool                                        // set once Stop no longer waits for the running functions
@@ -159,9 +160,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("journey: migrating schema %q: %w", cfg.Schema, err)
 		}
 	}
+	r.local = actors.NewLocal(cfg.ReplicaID)
 	store, err := persistence.New(persistence.Config{
 		DB: db, HeartbeatDB: hbdb, WorkDB: wdb, Schema: cfg.Schema, Graphs: cfg.Graphs, Clock: cfg.Test.Clock, Logger: r.logger,
-		OnSave: r.fireSave, Handoff: r.waiters, Routes: cfg.routes(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
+		OnSave: r.fireSave, Handoff: r.waiters, Local: r.local, Routes: cfg.routes(), LockTimeout: cfg.LockTimeout, Hooks: cfg.Test.StoreHooks,
 		Tracer: tel.Tracer,
 	})
 	if err != nil {
@@ -217,7 +219,7 @@ func (r *Runtime) start() {
 	r.dispatcher = root.Spawn(actors.NewDispatcher(actors.DispatcherConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, MaxWorkers: r.cfg.MaxWorkers,
 		PollInterval: r.cfg.PollInterval, MaxValueBytes: r.cfg.MaxValueBytes, Logger: r.logger, Base: base,
-		Running: &r.running, Orphaned: &r.orphaned, Gate: r.claims, Hooks: r.cfg.Test.Hooks, Telemetry: r.tel,
+		Running: &r.running, Orphaned: &r.orphaned, Gate: r.claims, Local: r.local, Hooks: r.cfg.Test.Hooks, Telemetry: r.tel,
 	}))
 	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
@@ -396,6 +398,7 @@ func randomSuffix() string {
 // request, and every attempt it claimed counts in r.running.
 func (r *Runtime) drain(ctx context.Context) {
 	defer r.claims.Close()
+	r.local.Close() // the writes claim nothing more; what they claimed is spawned as claims are
 	drained := make(chan struct{})
 	r.system.Root.Send(r.dispatcher, actors.StopClaiming{Drained: drained})
 	select {

@@ -54,6 +54,9 @@ type Hooks struct {
 	// Claiming is called by the dispatcher before each claim, with the claim's context. A test
 	// blocks in it to make the dispatcher busy, as in a slow claim.
 	Claiming func(ctx context.Context)
+	// Claimed is called by the dispatcher after each claim round that ran a claim, with the
+	// number of attempts claimed, once the writes may again reserve its free workers.
+	Claimed func(n int)
 }
 
 // computationEnv is what every computation actor of a replica shares.

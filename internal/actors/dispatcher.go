@@ -45,7 +45,10 @@ type DispatcherConfig struct {
 	// write nothing when they return.
 	Orphaned *atomic.Bool
 	// Gate, if set, lets the caller end the claims even while the dispatcher is busy.
-	Gate  *ClaimGate
+	Gate *ClaimGate
+	// Local, if set, is the dispatcher's side of the store's Local: the attempts that this
+	// replica's writes claim as they make them are spawned here, in the dispatcher's free workers.
+	Local *Local
 	Hooks Hooks
 	// Telemetry records the spans and metrics of the computations. Default: none.
 	Telemetry *telemetry.Telemetry
@@ -143,6 +146,9 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	if cfg.Gate == nil {
 		cfg.Gate = NewClaimGate()
 	}
+	if cfg.Local == nil {
+		cfg.Local = NewLocal(cfg.ReplicaID)
+	}
 	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
 		running: cfg.Running, orphaned: cfg.Orphaned, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes, tel: telemetry.Or(cfg.Telemetry)}
 	return actor.PropsFromProducer(func() actor.Actor {
@@ -159,6 +165,8 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.env.completer = ctx.Spawn(completerProps(d.cfg.Store, d.env.tel, d.cfg.Logger, d.env.completerDone))
 		d.timers = scheduler.NewTimerScheduler(ctx)
 		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
+		system, self := ctx.ActorSystem(), ctx.Self()
+		d.cfg.Local.attach(func(msg localWork) { system.Root.Send(self, msg) }, d.cfg.Running)
 		d.runOnce(ctx)
 	case Wake:
 		d.queueClaim(ctx)
@@ -177,16 +185,20 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.runOnce(ctx)
 		// The next poll is timed from the end of this one: a slow round never stacks up polls.
 		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
+	case localWork:
+		d.spawnLocal(ctx, msg)
 	case functionReturned:
 		// The worker is free before the outcome is recorded, so that the claims of the next
 		// computations overlap the completer's transactions.
 		delete(d.computing, msg.id)
+		d.publish()
 		if d.filled {
 			d.queueClaim(ctx)
 		}
 	case *actor.Terminated:
 		delete(d.running, msg.Who.Id)
 		delete(d.computing, msg.Who.Id)
+		d.publish()
 		d.checkDrained(ctx)
 		// A freed worker claims only if the last round filled every free worker, so that work
 		// may be waiting. Otherwise none was, and new work announces itself (Wake), or the poll
@@ -197,13 +209,17 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		}
 	case Pause:
 		d.paused = true
+		d.publish()
 	case Resume:
 		d.paused = false
+		d.publish()
 		d.queueClaim(ctx)
 	case StopClaiming:
 		d.draining, d.drained = true, msg.Drained
+		d.publish()
 		d.checkDrained(ctx)
 	case *actor.Stopping:
+		d.cfg.Local.publish(0)
 		d.cancelPoll()
 	}
 }
@@ -217,7 +233,7 @@ func (d *dispatcher) queueClaim(ctx actor.Context) {
 }
 
 func (d *dispatcher) checkDrained(ctx actor.Context) {
-	if d.draining && len(d.running) == 0 && d.drained != nil {
+	if d.draining && len(d.running) == 0 && d.drained != nil && d.cfg.Local.outstanding() == 0 {
 		close(d.drained)
 		d.drained = nil
 	}
@@ -235,11 +251,12 @@ const claimedPerWorker = 4
 // through the gate, so that what it claims is spawned before the gate closes.
 func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 	running := len(d.running)
-	// At most MaxWorkers functions run, and the attempts claimed but not yet recorded stay under
-	// claimedPerWorker times MaxWorkers.
-	free := min(d.cfg.MaxWorkers-len(d.computing), claimedPerWorker*d.cfg.MaxWorkers-running)
+	// The workers reserved by this replica's writes are not free; nor may the writes reserve
+	// those this claim may fill, until it has.
+	free := d.cfg.Local.hold(d.free())
 	if d.draining || d.paused || free <= 0 {
 		d.filled = free <= 0
+		d.publish()
 		return ClaimResult{Running: running}
 	}
 	var claimed []*persistence.Computation
@@ -270,5 +287,47 @@ func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 		}
 	})
 	d.filled = len(claimed) == free
+	d.publish()
+	if h := d.cfg.Hooks.Claimed; h != nil {
+		h(len(claimed))
+	}
 	return ClaimResult{Claimed: len(claimed), Running: running + len(claimed)}
+}
+
+// free is how many more attempts this replica may take: at most MaxWorkers functions run, and
+// the attempts claimed but not yet recorded stay under claimedPerWorker times MaxWorkers.
+func (d *dispatcher) free() int {
+	return min(d.cfg.MaxWorkers-len(d.computing), claimedPerWorker*d.cfg.MaxWorkers-len(d.running))
+}
+
+// publish tells Local how many workers the writes may reserve: none while the dispatcher drains
+// or pauses.
+func (d *dispatcher) publish() {
+	free := d.free()
+	if d.draining || d.paused {
+		free = 0
+	}
+	d.cfg.Local.publish(free)
+}
+
+// spawnLocal spawns the attempts that a write of this replica claimed as it made them, in the
+// workers it reserved, and ends those reservations. It spawns them even while draining or paused,
+// or once the replica's stop has cancelled their context (they are released then): they are
+// claimed, as those of a claim that was in flight. A stop waits for them as for the others.
+func (d *dispatcher) spawnLocal(ctx actor.Context, w localWork) {
+	for _, c := range w.claimed {
+		g, n, ok := d.cfg.Store.GraphOf(c)
+		if !ok { // cannot happen: a write loads only the executions of served graphs
+			d.logger.Error("handed a computation of an unknown graph", "graph", c.GraphKey, "node", c.Node)
+			continue
+		}
+		d.env.tel.Claimed(context.Background(), g, c.Node, 0) // claimed as it was made
+		pid := spawnComputation(ctx, d.env, c, g, n)
+		d.running[pid.Id], d.computing[pid.Id] = true, true
+	}
+	// Each attempt counts among the running from its spawn on; its reservation counted until then.
+	d.cfg.Running.Add(-w.reserved)
+	d.cfg.Local.settle(w.reserved)
+	d.publish()
+	d.checkDrained(ctx)
 }

@@ -28,6 +28,8 @@ type execState struct {
 	// created are the attempts made that finish inserts, all in one statement: nothing reads them
 	// from the table before the commit. Their ID is 0.
 	created []*Computation
+	// claimed are the attempts made that this replica claimed as it made them (see Local).
+	claimed []*Computation
 
 	revision int64             // the revision to write back at the end
 	saved    []graph.SaveEvent // OnSave events to fire after commit
@@ -490,6 +492,7 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	var setWake []bool
 	promote := false
 	for _, st := range sts {
+		s.claimLocally(t, st)
 		if err := s.claimCompletion(ctx, t, st); err != nil {
 			return err
 		}
@@ -531,6 +534,9 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	}
 	t.notes = append(t.notes, s.payloads(work, changed)...)
 	created, n := createdColumns(sts)
+	if claim, ok := s.claimStep(t); ok {
+		t.tail = append(t.tail, claim)
+	}
 	if n == 0 && len(ids) == 0 {
 		return nil
 	}

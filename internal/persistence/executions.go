@@ -136,7 +136,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 	execs := make([]*Execution, len(states))
 	for i, st := range states {
 		execs[i] = &st.exec
-		execs[i].Revision = st.revision
+		execs[i].Revision = st.revision - int64(len(st.claimed)) // the write's, before the claims it made
 	}
 	return execs, nil
 }

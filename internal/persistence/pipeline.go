@@ -34,6 +34,10 @@ type txn struct {
 	handing []*execState
 	// notes are the NOTIFY payloads sent once the transaction has committed (see notes).
 	notes []string
+	// reserved counts the reservations of the store's Local, and claiming are the executions
+	// whose attempts are claimed with them (see Store.claimLocally).
+	reserved int
+	claiming []*execState
 }
 
 // step is one statement of a batch, and what reads its result; nil read discards it.
@@ -57,6 +61,7 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 		return err
 	}
 	if err := fn(ctx, t); err != nil {
+		s.handOver(t, false)
 		t.rollback(ctx)
 		return err
 	}
@@ -70,10 +75,13 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 	for _, st := range t.handing {
 		if err == nil {
 			s.handoff.Committed(st.exec.ID, st.revision, st.values)
+			s.handoff.Known(st.exec.ID, st.revision, st.g, st.values, st.failed())
 		} else {
 			s.handoff.Aborted(st.exec.ID, st.revision)
 		}
 	}
+	// Last: the attempts handed over are the dispatcher's from here.
+	s.handOver(t, err == nil)
 	if err != nil {
 		t.rollback(ctx)
 		return fmt.Errorf("committing: %w", err)

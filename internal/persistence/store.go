@@ -101,6 +101,9 @@ type Config struct {
 	// Handoff is told of each write that changes an execution's values, around its COMMIT.
 	// Default: none.
 	Handoff Handoff
+	// Local, if set, takes the attempts that the callers' writes make ready, claimed for this
+	// replica as they are made. Default: none; a claim takes them.
+	Local Local
 	// Hooks are test-only knobs.
 	Hooks Hooks
 	// LockTimeout bounds how long background work (sweeps, tick wake-ups, promotions) and the
@@ -122,9 +125,13 @@ type Config struct {
 // Aborted does not mean that nothing was committed: an error that ends the connection as the
 // COMMIT is sent leaves the client not knowing, while the server may have committed, and sent
 // the NOTIFY. Whoever waits on the change must look again.
+//
+// Known follows Committed, with the state the write committed: the execution's graph, its values
+// and the nodes that have failed for good, at revision rev. It must not keep values.
 type Handoff interface {
 	Committing(id string, rev int64)
 	Committed(id string, rev int64, values graph.Values)
+	Known(id string, rev int64, g *graph.Graph, values graph.Values, failed []string)
 	Aborted(id string, rev int64)
 }
 
@@ -154,6 +161,7 @@ type Store struct {
 	logger      *slog.Logger
 	onSave      func(g *graph.Graph, e graph.SaveEvent)
 	handoff     Handoff
+	local       Local
 	routes      []string // Route.String of each Config.Routes
 	sweepLease  string
 	promoteKey  string
@@ -186,6 +194,7 @@ func New(cfg Config) (*Store, error) {
 		logger:      cfg.Logger,
 		onSave:      cfg.OnSave,
 		handoff:     cfg.Handoff,
+		local:       cfg.Local,
 		promoteKey:  "journey-promote:" + schema,
 		lockTimeout: cmp.Or(cfg.LockTimeout, 3*time.Second),
 		hooks:       cfg.Hooks,

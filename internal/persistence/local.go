@@ -1,0 +1,160 @@
+package persistence
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/journey-go/journey/graph"
+)
+
+// Local takes the attempts that a caller's write (Start, Set, Unset) makes AVAILABLE, as far as
+// this replica's dispatcher has free workers: the write inserts them already claimed by this
+// replica, in its own transaction, and hands them over once it has committed. They need no claim,
+// and no NOTIFY, as no other replica may take them. A process that dies between the COMMIT and
+// the handover leaves them RUNNING under its claim, as a claim would: the sweeper abandons them
+// once their heartbeat deadline passes, or their replica stops heartbeating.
+//
+// Every reservation that Reserve grants is given back exactly once, through Handed or Unreserve.
+// The calls must not block.
+type Local interface {
+	// ReplicaID is the replica that claims the attempts.
+	ReplicaID() string
+	// Reserve reserves room for up to n attempts, and returns how many it reserved, 0 to n.
+	Reserve(n int) int
+	// Handed receives, after the COMMIT, the attempts claimed with reserved reservations
+	// (len(cs) <= reserved), with their claims and their execution's values.
+	Handed(cs []*Computation, reserved int)
+	// Unreserve gives back n reservations: the write failed, or its COMMIT's outcome is unknown.
+	Unreserve(n int)
+}
+
+// claimLocally claims for this replica the AVAILABLE attempts that the write of st created, as
+// many as Local has room for: each is then inserted RUNNING, with its claim, by t's claimStep. A
+// claim is a revision of its execution, as Claim's is.
+func (s *Store) claimLocally(t *txn, st *execState) {
+	if s.local == nil || !st.caller || st.exec.ArchivedAt != nil {
+		return
+	}
+	var ready []*Computation
+	for _, c := range st.created {
+		if c.State == StateAvailable {
+			ready = append(ready, c)
+		}
+	}
+	if len(ready) == 0 {
+		return
+	}
+	n := s.local.Reserve(len(ready))
+	t.reserved += n
+	if n == 0 {
+		return
+	}
+	replica := s.local.ReplicaID()
+	for _, c := range ready[:n] {
+		c.State, c.ReplicaID, c.AvailableAt = StateRunning, &replica, nil
+		st.claimed = append(st.claimed, c)
+		st.revision++
+	}
+	// They are inserted by claimStep, not with the others by finish.
+	st.created = slices.DeleteFunc(st.created, func(c *Computation) bool { return c.State == StateRunning })
+	// The work NOTIFY is for attempts that other replicas may claim.
+	st.work = len(ready) > n
+	t.claiming = append(t.claiming, st)
+}
+
+// claimLocallyQuery inserts attempts claimed by this replica ($1) at their creation: the claim's
+// time is their creation's, and its deadlines follow from it, as Claim sets them.
+const claimLocallyQuery = `INSERT INTO {s}.computations
+		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+		 heartbeat_timeout_ms, computed_with, created_at, traceparent, replica_id, claim_token, claimed_at,
+		 deadline, heartbeat_deadline, last_heartbeat_at)
+	SELECT execution_id, graph_key, node, 'RUNNING', attempt, max_attempts, run_at, abandon_after_ms,
+		heartbeat_timeout_ms, computed_with::jsonb, created_at, traceparent, $1, gen_random_uuid(), created_at,
+		created_at + abandon_after_ms * interval '1 millisecond',
+		created_at + heartbeat_timeout_ms * interval '1 millisecond', created_at
+	FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::timestamptz[], $8::bigint[],
+		$9::bigint[], $10::text[], $11::timestamptz[], $12::text[]) WITH ORDINALITY AS c(execution_id, graph_key,
+		node, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, created_at,
+		traceparent, ord)
+	ORDER BY ord
+	RETURNING *`
+
+// claimStep is the statement that inserts the attempts claimed locally in t, to go with the
+// COMMIT. It gives each its id and claim, and its execution's values.
+func (s *Store) claimStep(t *txn) (step, bool) {
+	var cs []*Computation
+	for _, st := range t.claiming {
+		cs = append(cs, st.claimed...)
+	}
+	if len(cs) == 0 {
+		return step{}, false
+	}
+	var ids, keys, nodes, sigs []string
+	var attempts, maxAttempts []int
+	var runAts, createdAts []time.Time
+	var abandons, beats []int64
+	var traceparents []*string
+	for _, c := range cs {
+		ids, keys, nodes, sigs = append(ids, c.ExecutionID), append(keys, c.GraphKey), append(nodes, c.Node), append(sigs, c.ComputedWith)
+		attempts, maxAttempts = append(attempts, c.Attempt), append(maxAttempts, c.MaxAttempts)
+		runAts, createdAts = append(runAts, c.RunAt), append(createdAts, c.CreatedAt)
+		abandons, beats, traceparents = append(abandons, c.AbandonAfterMS), append(beats, c.HeartbeatTimeoutMS), append(traceparents, c.Traceparent)
+	}
+	var rows []*Computation
+	read := collect(&rows)
+	return step{s.q(claimLocallyQuery),
+		[]any{s.local.ReplicaID(), ids, keys, nodes, attempts, maxAttempts, runAts, abandons, beats, sigs, createdAts, traceparents},
+		func(br pgx.BatchResults) error {
+			if err := read(br); err != nil {
+				return fmt.Errorf("claiming the attempts made ready: %w", err)
+			}
+			if len(rows) != len(cs) {
+				return fmt.Errorf("claiming %d attempts made ready inserted %d", len(cs), len(rows))
+			}
+			for i, c := range cs {
+				// In the order given: an INSERT … SELECT … ORDER BY inserts, and returns, in that order.
+				if rows[i].ExecutionID != c.ExecutionID || rows[i].Node != c.Node {
+					return fmt.Errorf("claiming the attempts made ready: row %d is %q of %s, not %q of %s",
+						i, rows[i].Node, rows[i].ExecutionID, c.Node, c.ExecutionID)
+				}
+				*c = *rows[i]
+			}
+			return nil
+		}}, true
+}
+
+// handOver gives the attempts claimed locally in t, with their execution's values as committed,
+// to Local, once t has committed; or gives back its reservations if it has not.
+func (s *Store) handOver(t *txn, committed bool) {
+	if s.local == nil || t.reserved == 0 {
+		return
+	}
+	if !committed {
+		s.local.Unreserve(t.reserved)
+		return
+	}
+	var cs []*Computation
+	for _, st := range t.claiming {
+		for _, c := range st.claimed {
+			c.claimedValues = columnsOf(st.values)
+			cs = append(cs, c)
+		}
+	}
+	s.local.Handed(cs, t.reserved)
+}
+
+// columnsOf returns vals as the columns that Claim returns them in.
+func columnsOf(vals graph.Values) claimedValues {
+	var cv claimedValues
+	for _, node := range slices.Sorted(maps.Keys(vals)) {
+		v := vals[node]
+		cv.ClaimedNodes, cv.ClaimedRaws = append(cv.ClaimedNodes, node), append(cv.ClaimedRaws, v.Raw)
+		cv.ClaimedMetas, cv.ClaimedRevisions = append(cv.ClaimedMetas, v.Metadata), append(cv.ClaimedRevisions, v.Revision)
+		cv.ClaimedSetAts = append(cv.ClaimedSetAts, v.SetAt)
+	}
+	return cv
+}

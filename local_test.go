@@ -1,0 +1,230 @@
+package journey_test
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/actors"
+	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/pgtest"
+)
+
+// localGraph is x → y = x + 1.
+func localGraph(name string, opts ...graph.NodeOption) *graph.Graph {
+	return graph.MustNew(name, "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return in.Int("x") + 1, nil
+		}, opts...),
+	})
+}
+
+// claimCounter counts the dispatcher's claims after its first, which every start makes. While a
+// claim runs, the writes reserve no worker: it may fill them all.
+type claimCounter struct {
+	first chan struct{}
+	once  atomic.Bool
+	n     atomic.Int64
+}
+
+func newClaimCounter() *claimCounter { return &claimCounter{first: make(chan struct{})} }
+
+func (c *claimCounter) hooks() actors.Hooks {
+	return actors.Hooks{
+		Claiming: func(context.Context) {
+			if c.once.Load() {
+				c.n.Add(1)
+			}
+		},
+		Claimed: func(int) {
+			if c.once.CompareAndSwap(false, true) {
+				close(c.first)
+			}
+		},
+	}
+}
+
+// started waits until the dispatcher's first claim has ended.
+func (c *claimCounter) started(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.first:
+	case <-testCtx(t).Done():
+		t.Fatal("the dispatcher never claimed")
+	}
+}
+
+// availableAt reads when each attempt of node y of execution id became AVAILABLE (nil: never),
+// and the replica that holds or held it.
+func availableAt(t *testing.T, schema, id string) (at []*time.Time, replicas []*string) {
+	t.Helper()
+	rows, err := pgtest.DB(t).QueryContext(testCtx(t), "SELECT available_at, replica_id FROM "+
+		pgx.Identifier{schema, "computations"}.Sanitize()+" WHERE execution_id = $1 AND node = 'y' ORDER BY id", id)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var a *time.Time
+		var r *string
+		require.NoError(t, rows.Scan(&a, &r))
+		at, replicas = append(at, a), append(replicas, r)
+	}
+	require.NoError(t, rows.Err())
+	return at, replicas
+}
+
+// A Set whose write makes work ready, on a replica that serves the graph and has a free worker,
+// claims that work in its own transaction and hands it to its dispatcher: the attempt is never
+// AVAILABLE, and no claim runs (the poll, 30s, is far off; a NOTIFY of work would start one).
+func TestSetHandsItsWorkToTheLocalDispatcher(t *testing.T) {
+	t.Parallel()
+	g := localGraph("local-set")
+	claims := newClaimCounter()
+	cfg := testConfig(t, g)
+	cfg.PollInterval = 30 * time.Second
+	cfg.ReplicaID = "local-set-replica"
+	cfg.Test.Hooks = claims.hooks()
+	rt := newRuntime(t, cfg)
+	claims.started(t)
+	ctx := testCtx(t)
+
+	for i := range 3 {
+		ex, err := rt.Start(ctx, g)
+		require.NoError(t, err)
+		rev, err := rt.Set(ctx, ex.ID, "x", i)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), rev, "the Set's own revision")
+		v, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+		require.NoError(t, err)
+		require.Equal(t, int64(i+1), v.Int())
+		// The Set at 1, the claim at 2, the completion at 3, as with a claim of its own.
+		require.Equal(t, int64(3), v.Revision)
+
+		at, replicas := availableAt(t, cfg.Schema, ex.ID)
+		require.Len(t, at, 1)
+		require.Nil(t, at[0], "the attempt was never AVAILABLE")
+		require.Equal(t, cfg.ReplicaID, *replicas[0])
+		got := attempts(t, rt, ex.ID, "y")
+		require.Equal(t, journey.StateSuccess, got[0].State)
+		require.Equal(t, got[0].CreatedAt, *got[0].ClaimedAt, "claimed as it was made")
+	}
+	// Start with values takes the same path.
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 41}))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), ex.Revision)
+	v, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, int64(42), v.Int())
+	at, _ := availableAt(t, cfg.Schema, ex.ID)
+	require.Equal(t, []*time.Time{nil}, at)
+
+	require.Zero(t, claims.n.Load(), "no claim ran")
+}
+
+// A write whose COMMIT fails claims nothing: its attempts are rolled back with it, and the
+// workers it reserved are free again for the next write.
+func TestFailedCommitClaimsNothing(t *testing.T) {
+	t.Parallel()
+	g := localGraph("local-abort")
+	cfg := testConfig(t, g)
+	cfg.PollInterval = 30 * time.Second
+	cfg.MaxWorkers = 1 // a reservation not given back would leave no worker for the next Set
+	claims := newClaimCounter()
+	cfg.Test.Hooks = claims.hooks()
+	rt := newRuntime(t, cfg)
+	claims.started(t)
+	ctx := testCtx(t)
+	db := pgtest.DB(t)
+	table := pgx.Identifier{cfg.Schema, "computations"}.Sanitize()
+	fn := pgx.Identifier{cfg.Schema, "refuse_claimed"}.Sanitize()
+	// A deferred constraint trigger fails the COMMIT itself of a write that inserts a claimed
+	// attempt.
+	_, err := db.ExecContext(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'injected: the COMMIT fails'; END $$`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `CREATE CONSTRAINT TRIGGER refuse_claimed AFTER INSERT ON `+table+`
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.replica_id IS NOT NULL) EXECUTE FUNCTION `+fn+`()`)
+	require.NoError(t, err)
+
+	failed, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, failed.ID, "x", 1)
+	require.ErrorContains(t, err, "injected: the COMMIT fails")
+	at, _ := availableAt(t, cfg.Schema, failed.ID)
+	require.Empty(t, at, "nothing was written")
+	_, err = rt.Get(ctx, failed.ID, "x")
+	require.ErrorIs(t, err, journey.ErrNotSet)
+
+	_, err = db.ExecContext(ctx, `DROP TRIGGER refuse_claimed ON `+table)
+	require.NoError(t, err)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	_, err = rt.Set(ctx, ex.ID, "x", 2)
+	require.NoError(t, err)
+	// The poll (30s) would find it: the worker runs it before.
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := rt.Get(gctx, ex.ID, "y", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, int64(3), v.Int())
+	at, _ = availableAt(t, cfg.Schema, ex.ID)
+	require.Equal(t, []*time.Time{nil}, at, "the one worker was free again for the next Set")
+}
+
+// A process that dies after a write's COMMIT, before its dispatcher spawned the attempt the
+// write claimed, leaves it RUNNING under its claim, as any claimed attempt of a dead process: the
+// sweeper abandons it once its heartbeat deadline passes, and the retry runs it. Here the client
+// sees the COMMIT fail after the server accepted it, so that the attempt is never spawned.
+func TestClaimLeftByAWriteThatDiedAfterItsCommitIsRecovered(t *testing.T) {
+	t.Parallel()
+	g := localGraph("local-died", graph.Heartbeat(50*time.Millisecond, 250*time.Millisecond),
+		graph.AbandonAfter(time.Minute), graph.MaxAttempts(2), graph.Backoff(fastBackoff))
+	var target atomic.Pointer[string]
+	stub := clock.NewStub(time.Now())
+	cfg := testConfig(t, g)
+	cfg.Test.Clock = stub
+	cfg.Test.StoreHooks = persistence.Hooks{Committed: func(handed []string) error {
+		if id := target.Load(); id != nil && slices.Contains(handed, *id) && target.CompareAndSwap(id, nil) {
+			return errInjected
+		}
+		return nil
+	}}
+	claims := newClaimCounter()
+	cfg.Test.Hooks = claims.hooks()
+	rt := newRuntime(t, cfg)
+	claims.started(t)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	target.Store(&ex.ID)
+	_, err = rt.Set(ctx, ex.ID, "x", 1)
+	require.ErrorIs(t, err, errInjected)
+
+	got := attempts(t, rt, ex.ID, "y")
+	require.Len(t, got, 1)
+	require.Equal(t, journey.StateRunning, got[0].State, "claimed, and committed")
+	// Past the heartbeat timeout: nothing extends the deadline of an attempt that never ran.
+	stub.Advance(time.Second)
+	v, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, int64(2), v.Int())
+	got = attempts(t, rt, ex.ID, "y")
+	require.Len(t, got, 2)
+	require.Equal(t, journey.StateAbandoned, got[0].State)
+	require.Equal(t, persistence.ReasonHeartbeat, got[0].Error)
+	require.Equal(t, journey.StateSuccess, got[1].State)
+}
+
+type injected struct{}
+
+func (injected) Error() string { return "injected: the connection broke as the COMMIT was sent" }
+
+var errInjected error = injected{}
