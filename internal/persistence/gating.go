@@ -119,27 +119,51 @@ func (s *Store) promoteGated(ctx context.Context, tx bun.IDB, now time.Time, wai
 
 // chooseGated picks, oldest first, the due gated candidates that fit their key and limit. It
 // looks past blocked ones: it considers only the oldest due attempt of each free key, and, for a
-// node with a limit and no key, its MaxParallel oldest due attempts. Attempts of archived
-// executions are never promoted.
+// node with a limit and no key, its oldest due attempts that the limit leaves room for. Attempts
+// of archived executions are never promoted.
+//
+// Its cost follows the keys and nodes that wait, and the attempts it may promote, not the
+// attempts that wait: it walks the keys, then the limited nodes, that have a waiting attempt, one
+// index probe each (a loose index scan), and reads the first attempts of each free one in
+// computations_pending_key_idx or computations_pending_limited_idx.
 func (s *Store) chooseGated(ctx context.Context, tx bun.IDB, now time.Time) ([]int64, error) {
 	var cands []candidate
-	err := tx.NewRaw(s.q(`SELECT id, concurrency_key, graph_key, node, max_parallel FROM (
-			SELECT * FROM (
-				SELECT DISTINCT ON (c.concurrency_key) c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at
-				FROM {s}.computations c
-				WHERE c.state = 'PENDING' AND c.concurrency_key IS NOT NULL AND c.run_at <= ?
-					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
-				ORDER BY c.concurrency_key, c.run_at, c.id) oldest
-			WHERE NOT EXISTS (SELECT 1 FROM {s}.computations h
-				WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.concurrency_key = oldest.concurrency_key)
+	err := tx.NewRaw(s.q(`WITH RECURSIVE keys AS (
+			(SELECT concurrency_key AS k FROM {s}.computations
+				WHERE state = 'PENDING' AND concurrency_key IS NOT NULL ORDER BY concurrency_key LIMIT 1)
 			UNION ALL
-			SELECT id, concurrency_key, graph_key, node, max_parallel, run_at FROM (
-				SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at,
-					row_number() OVER (PARTITION BY c.graph_key, c.node ORDER BY c.run_at, c.id) AS rank
-				FROM {s}.computations c
-				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL AND c.run_at <= ?
+			SELECT (SELECT c.concurrency_key FROM {s}.computations c
+				WHERE c.state = 'PENDING' AND c.concurrency_key > keys.k ORDER BY c.concurrency_key LIMIT 1)
+			FROM keys WHERE keys.k IS NOT NULL
+		), nodes AS (
+			(SELECT graph_key, node, max_parallel FROM {s}.computations
+				WHERE state = 'PENDING' AND concurrency_key IS NULL AND max_parallel IS NOT NULL
+				ORDER BY graph_key, node LIMIT 1)
+			UNION ALL
+			SELECT n.graph_key, n.node, n.max_parallel FROM nodes, LATERAL (
+				SELECT c.graph_key, c.node, c.max_parallel FROM {s}.computations c
+				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
+					AND (c.graph_key, c.node) > (nodes.graph_key, nodes.node)
+				ORDER BY c.graph_key, c.node LIMIT 1) n
+		)
+		SELECT id, concurrency_key, graph_key, node, max_parallel FROM (
+			SELECT oldest.* FROM keys CROSS JOIN LATERAL (
+				SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.computations c
+				WHERE c.state = 'PENDING' AND c.concurrency_key = keys.k AND c.run_at <= ?
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
-			) ranked WHERE rank <= max_parallel
+				ORDER BY c.run_at, c.id LIMIT 1) oldest
+			WHERE keys.k IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {s}.computations h
+				WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.concurrency_key = keys.k)
+			UNION ALL
+			SELECT first.* FROM nodes CROSS JOIN LATERAL (
+				SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.computations c
+				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
+					AND c.graph_key = nodes.graph_key AND c.node = nodes.node AND c.run_at <= ?
+					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
+				ORDER BY c.run_at, c.id
+				LIMIT greatest(nodes.max_parallel - (SELECT count(*) FROM {s}.computations h
+					WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.max_parallel IS NOT NULL
+						AND h.graph_key = nodes.graph_key AND h.node = nodes.node), 0)) first
 		) due ORDER BY run_at, id LIMIT ?`), now, now, promotionBatch).Scan(ctx, &cands)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("finding gated computations: %w", err)
