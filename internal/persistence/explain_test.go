@@ -111,9 +111,15 @@ func explain(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) (s
 
 func explainJSON(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) string {
 	t.Helper()
+	return explainWith(ctx, t, conn, st, "FORMAT JSON")
+}
+
+// explainWith returns what EXPLAIN (options) says of st, as explain runs it.
+func explainWith(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement, options string) string {
+	t.Helper()
 	var raw string
 	if st.args == nil {
-		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, pgx.QueryExecModeSimpleProtocol).Scan(&raw), st.sql)
+		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN ("+options+") "+st.sql, pgx.QueryExecModeSimpleProtocol).Scan(&raw), st.sql)
 		return raw
 	}
 	_, err := conn.Exec(ctx, "PREPARE explained AS "+st.sql)
@@ -125,7 +131,7 @@ func explainJSON(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement
 	}
 	// EXECUTE takes no parameters of the extended protocol: pgx writes the arguments in.
 	args := append([]any{pgx.QueryExecModeSimpleProtocol}, st.args...)
-	require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE explained("+strings.Join(params, ", ")+")",
+	require.NoError(t, conn.QueryRow(ctx, "EXPLAIN ("+options+") EXECUTE explained("+strings.Join(params, ", ")+")",
 		args...).Scan(&raw), st.sql)
 	return raw
 }
@@ -272,23 +278,24 @@ func TestPromotionReadsWhatItPromotes(t *testing.T) {
 	g := keyedGraph("gate", graph.MaxParallel(5))
 	b := setup(t, g)
 	ctx := context.Background()
-	// gate@v1: MaxParallel(5), keys k0…k9, three of them held; lim@v1: MaxParallel(3), no key,
-	// one running; and two ungated attempts that wait for their run_at, one of them due.
+	// gate@v1: MaxParallel(5), keys k0…k9, three of them held, each key's attempts younger than
+	// the last key's; lim@v1: MaxParallel(3), no key, one running; and two ungated attempts that
+	// wait for their run_at, one of them due.
 	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version)
 		SELECT p || g, 'gate', 'v1' FROM generate_series(1, ?) g, unnest(ARRAY['p-', 'l-']) p`, waiting)
 	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version) VALUES ('u-1', 'gate', 'v1'), ('u-2', 'gate', 'v1')`)
 	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
 			abandon_after_ms, heartbeat_timeout_ms, concurrency_key, max_parallel, created_at)
 		SELECT 'p-' || g, 'gate@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour' + g * interval '1 ms',
-			60000, 30000, 'k' || (g % 10), 5, now() FROM generate_series(1, ?) g
+			60000, 30000, 'k' || (g - 1) * 10 / ?, 5, now() FROM generate_series(1, ?) g
 		UNION ALL
 		SELECT 'l-' || g, 'lim@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour' + g * interval '1 ms',
 			60000, 30000, NULL, 3, now() FROM generate_series(1, ?) g
 		UNION ALL
 		SELECT 'u-' || g, 'gate@v1', 'other', 'PENDING', 2, 2, now() + (g - 1.5) * interval '1 hour',
-			60000, 30000, NULL, NULL, now() FROM generate_series(1, 2) g`, waiting, waiting)
+			60000, 30000, NULL, NULL, now() FROM generate_series(1, 2) g`, waiting, waiting, waiting)
 	b.exec(t, `UPDATE {s}.computations SET state = 'RUNNING', replica_id = 'r1'
-		WHERE execution_id IN ('p-10', 'p-1', 'p-2', 'l-1')`)
+		WHERE execution_id IN ('p-1', 'p-1001', 'p-2001', 'l-1')`)
 	b.exec(t, `ANALYZE {s}.executions, {s}.computations`)
 
 	s, log, explainer := b.tracedStore(t)
@@ -297,7 +304,7 @@ func TestPromotionReadsWhatItPromotes(t *testing.T) {
 	var available []string
 	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT execution_id FROM {s}.computations WHERE state = 'AVAILABLE'
 		ORDER BY execution_id`)).Scan(ctx, &available))
-	require.Equal(t, []string{"l-2", "l-3", "p-3", "p-4", "u-1"}, available,
+	require.Equal(t, []string{"l-2", "l-3", "p-3001", "p-4001", "u-1"}, available,
 		"the due ungated attempt, and the oldest of the free keys and of the limited node that fit")
 	require.Equal(t, 5, promoted)
 
@@ -315,16 +322,14 @@ func TestPromotionReadsWhatItPromotes(t *testing.T) {
 	}
 }
 
-// explainAnalyze runs st, a statement of bun, with EXPLAIN ANALYZE in a transaction that it rolls
-// back, and returns its plan, in JSON and read.
+// explainAnalyze runs st with EXPLAIN ANALYZE, as explain plans it, in a transaction that it
+// rolls back, and returns its plan, in JSON and read.
 func explainAnalyze(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) (string, planNode) {
 	t.Helper()
-	require.Nil(t, st.args, "a statement of bun: %s", st.sql)
-	tx, err := conn.Begin(ctx)
+	_, err := conn.Exec(ctx, "BEGIN")
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	var raw string
-	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+st.sql, pgx.QueryExecModeSimpleProtocol).Scan(&raw), st.sql)
+	defer func() { _, _ = conn.Exec(ctx, "ROLLBACK") }()
+	raw := explainWith(ctx, t, conn, st, "ANALYZE, FORMAT JSON")
 	var plans []struct{ Plan planNode }
 	require.NoError(t, json.Unmarshal([]byte(raw), &plans))
 	return raw, plans[0].Plan
