@@ -87,7 +87,8 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 // and the caller promotes after its commit.
 //
 // Its statements are prepared, as the hot path's are, and planned once per connection: planned
-// at each pass, the choice of candidates cost more to plan than to run.
+// at each pass, the choice of candidates cost more to plan than to run (journey bench -graph
+// gated -backlog 10: 4.6 ms planning against 0.5 ms running, on a busy machine).
 func (s *Store) promoteGated(ctx context.Context, tx *txn, now time.Time, wait bool) (int, error) {
 	if err := tx.begin(ctx); err != nil {
 		return 0, err
