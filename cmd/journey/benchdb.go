@@ -353,7 +353,7 @@ type promotionStats struct {
 // so their time is the time a pass holds it for its own work. When the promotion's SQL changes,
 // these must follow (TestBenchGated fails until they do).
 const (
-	promoteChooseSQL = `SELECT id, concurrency_key, graph_key, node, max_parallel FROM ( SELECT * FROM ( SELECT DISTINCT ON (c.concurrency_key) %`
+	promoteChooseSQL = `WITH RECURSIVE oldest AS ( (SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM %`
 	promoteCountSQL  = `SELECT graph_key, node, count(*) AS n FROM % WHERE state IN (%) AND max_parallel IS NOT NULL GROUP BY graph_key, node`
 	promoteUpdateSQL = `UPDATE %.computations SET state = $%, available_at = $% WHERE id IN (SELECT id FROM %.computations ` +
 		`WHERE id = ANY($%::bigint[]) AND state = $% FOR UPDATE SKIP LOCKED) RETURNING id`

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/jackc/pgx/v5"
 )
 
 // promotionBatch caps the attempts one promotion statement makes AVAILABLE.
@@ -17,17 +16,17 @@ const promotionBatch = 1000
 var errPromotionBusy = errors.New("the promotion lock is held")
 
 type candidate struct {
-	ID             int64   `bun:"id"`
-	ConcurrencyKey *string `bun:"concurrency_key"`
-	GraphKey       string  `bun:"graph_key"`
-	Node           string  `bun:"node"`
-	MaxParallel    *int    `bun:"max_parallel"`
+	ID             int64   `db:"id"`
+	ConcurrencyKey *string `db:"concurrency_key"`
+	GraphKey       string  `db:"graph_key"`
+	Node           string  `db:"node"`
+	MaxParallel    *int    `db:"max_parallel"`
 }
 
 type nodeCount struct {
-	GraphKey string `bun:"graph_key"`
-	Node     string `bun:"node"`
-	N        int    `bun:"n"`
+	GraphKey string `db:"graph_key"`
+	Node     string `db:"node"`
+	N        int    `db:"n"`
 }
 
 // PromoteDue makes due PENDING attempts AVAILABLE, outside any execution's transaction: those
@@ -59,15 +58,18 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 		return len(ungated), err // nothing gated is due: leave the promotion lock alone
 	}
 	var gated int
-	err = s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if err := s.boundLocks(ctx, tx); err != nil {
+	err = s.inTxn(ctx, func(ctx context.Context, t *txn) error {
+		if err := t.begin(ctx); err != nil {
 			return err
 		}
-		now, err := s.now(ctx, tx)
+		if err := s.boundLocks(ctx, t); err != nil {
+			return err
+		}
+		now, err := s.now(ctx, t)
 		if err != nil {
 			return err
 		}
-		gated, err = s.promoteGated(ctx, tx, now, true)
+		gated, err = s.promoteGated(ctx, t, now, true)
 		return err
 	})
 	return len(ungated) + gated, err
@@ -83,7 +85,14 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 // committed result. The lock is the last one a transaction takes, and its holder waits for no
 // other lock. With wait false it does not wait for the lock either: it returns errPromotionBusy,
 // and the caller promotes after its commit.
-func (s *Store) promoteGated(ctx context.Context, tx bun.IDB, now time.Time, wait bool) (int, error) {
+//
+// Its statements are prepared, as the hot path's are, and planned once per connection: planned
+// at each pass, the choice of candidates cost more to plan than to run (journey bench -graph
+// gated -backlog 10: 4.6 ms planning against 0.5 ms running, on a busy machine).
+func (s *Store) promoteGated(ctx context.Context, tx *txn, now time.Time, wait bool) (int, error) {
+	if err := tx.begin(ctx); err != nil {
+		return 0, err
+	}
 	if wait {
 		if _, err := tx.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", s.promoteKey).Exec(ctx); err != nil {
 			return 0, fmt.Errorf("taking the promotion lock: %w", err)
@@ -97,16 +106,19 @@ func (s *Store) promoteGated(ctx context.Context, tx bun.IDB, now time.Time, wai
 			return 0, errPromotionBusy
 		}
 	}
-	chosen, err := s.chooseGated(ctx, tx, now)
+	chosen, err := s.chooseGated(ctx, tx.pg, now)
 	if err != nil || len(chosen) == 0 {
 		return 0, err
 	}
-	var promoted []int64
-	err = tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'AVAILABLE', available_at = ?
+	rows, err := tx.pg.Query(ctx, s.q(`UPDATE {s}.computations SET state = 'AVAILABLE', available_at = $1
 		WHERE id IN (SELECT id FROM {s}.computations
-			WHERE id = ANY(?::bigint[]) AND state = 'PENDING' FOR UPDATE SKIP LOCKED)
-		RETURNING id`), now, pgdialect.Array(chosen)).Scan(ctx, &promoted)
-	if err != nil && !isNoRows(err) {
+			WHERE id = ANY($2::bigint[]) AND state = 'PENDING' FOR UPDATE SKIP LOCKED)
+		RETURNING id`), now, chosen)
+	var promoted []int64
+	if err == nil {
+		promoted, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
 		return 0, fmt.Errorf("promoting gated computations: %w", err)
 	}
 	if len(promoted) > 0 {
@@ -119,38 +131,71 @@ func (s *Store) promoteGated(ctx context.Context, tx bun.IDB, now time.Time, wai
 
 // chooseGated picks, oldest first, the due gated candidates that fit their key and limit. It
 // looks past blocked ones: it considers only the oldest due attempt of each free key, and, for a
-// node with a limit and no key, its MaxParallel oldest due attempts. Attempts of archived
-// executions are never promoted.
-func (s *Store) chooseGated(ctx context.Context, tx bun.IDB, now time.Time) ([]int64, error) {
-	var cands []candidate
-	err := tx.NewRaw(s.q(`SELECT id, concurrency_key, graph_key, node, max_parallel FROM (
-			SELECT * FROM (
-				SELECT DISTINCT ON (c.concurrency_key) c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at
-				FROM {s}.computations c
-				WHERE c.state = 'PENDING' AND c.concurrency_key IS NOT NULL AND c.run_at <= ?
+// node with a limit and no key, its oldest due attempts that the limit leaves room for. Attempts
+// of archived executions are never promoted.
+//
+// Its cost follows the keys and nodes that have attempts waiting, and the attempts it may
+// promote, not the attempts that wait: it walks computations_pending_key_idx from key to key (a
+// loose index scan), one probe for each key, which finds the key's oldest attempt (if that one is
+// not due, none of the key's is); and computations_pending_limited_idx from node to node, reading
+// the first attempts of each node with room. Each walk takes the index's whole order, which no
+// other index gives: the plan, made once per connection, cannot read the attempts in
+// computations_pending_idx instead, through every attempt that waits before the first of a key.
+func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([]int64, error) {
+	rows, err := pg.Query(ctx, dollars(s.q(`WITH RECURSIVE oldest AS (
+			(SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.computations c
+				WHERE c.state = 'PENDING' AND c.concurrency_key IS NOT NULL
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
-				ORDER BY c.concurrency_key, c.run_at, c.id) oldest
-			WHERE NOT EXISTS (SELECT 1 FROM {s}.computations h
+				ORDER BY c.concurrency_key, c.run_at, c.id LIMIT 1)
+			UNION ALL
+			SELECT next.* FROM oldest, LATERAL (
+				SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.computations c
+				WHERE c.state = 'PENDING' AND c.concurrency_key > oldest.concurrency_key
+					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
+				ORDER BY c.concurrency_key, c.run_at, c.id LIMIT 1) next
+		), nodes AS (
+			(SELECT graph_key, node, max_parallel FROM {s}.computations
+				WHERE state = 'PENDING' AND concurrency_key IS NULL AND max_parallel IS NOT NULL
+				ORDER BY graph_key, node LIMIT 1)
+			UNION ALL
+			SELECT next.* FROM nodes, LATERAL (
+				SELECT c.graph_key, c.node, c.max_parallel FROM {s}.computations c
+				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
+					AND (c.graph_key, c.node) > (nodes.graph_key, nodes.node)
+				ORDER BY c.graph_key, c.node LIMIT 1) next
+		)
+		SELECT id, concurrency_key, graph_key, node, max_parallel FROM (
+			SELECT * FROM oldest WHERE run_at <= ? AND NOT EXISTS (SELECT 1 FROM {s}.computations h
 				WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.concurrency_key = oldest.concurrency_key)
 			UNION ALL
-			SELECT id, concurrency_key, graph_key, node, max_parallel, run_at FROM (
-				SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at,
-					row_number() OVER (PARTITION BY c.graph_key, c.node ORDER BY c.run_at, c.id) AS rank
-				FROM {s}.computations c
-				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL AND c.run_at <= ?
+			SELECT first.* FROM nodes CROSS JOIN LATERAL (
+				SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.computations c
+				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
+					AND (c.graph_key, c.node) >= (nodes.graph_key, nodes.node)
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
-			) ranked WHERE rank <= max_parallel
-		) due ORDER BY run_at, id LIMIT ?`), now, now, promotionBatch).Scan(ctx, &cands)
-	if err != nil && !isNoRows(err) {
+				ORDER BY c.graph_key, c.node, c.run_at, c.id
+				LIMIT greatest(nodes.max_parallel - (SELECT count(*) FROM {s}.computations h
+					WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.max_parallel IS NOT NULL
+						AND h.graph_key = nodes.graph_key AND h.node = nodes.node), 0)) first
+			WHERE first.graph_key = nodes.graph_key AND first.node = nodes.node AND first.run_at <= ?
+		) due ORDER BY run_at, id LIMIT ?`)), now, now, promotionBatch)
+	var cands []*candidate
+	if err == nil {
+		cands, err = scanAll[candidate](rows)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("finding gated computations: %w", err)
 	}
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	var counts []nodeCount
-	err = tx.NewRaw(s.q(`SELECT graph_key, node, count(*) AS n FROM {s}.computations
-		WHERE state IN ('AVAILABLE', 'RUNNING') AND max_parallel IS NOT NULL GROUP BY graph_key, node`)).Scan(ctx, &counts)
-	if err != nil && !isNoRows(err) {
+	rows, err = pg.Query(ctx, s.q(`SELECT graph_key, node, count(*) AS n FROM {s}.computations
+		WHERE state IN ('AVAILABLE', 'RUNNING') AND max_parallel IS NOT NULL GROUP BY graph_key, node`))
+	var counts []*nodeCount
+	if err == nil {
+		counts, err = scanAll[nodeCount](rows)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("counting limited computations: %w", err)
 	}
 	active := map[[2]string]int{}
