@@ -39,6 +39,9 @@ type execState struct {
 	caller bool
 	// promoteLater: the promotion lock was busy, so promotion runs after the commit instead.
 	promoteLater bool
+	// promoteByCaller: the caller promotes once after many writes (a sweep pass after its
+	// abandonments), so a busy promotion lock is not waited for after this write's commit.
+	promoteByCaller bool
 }
 
 type valueRow struct {
@@ -510,7 +513,7 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 		n, err := s.promoteGated(ctx, t, sts[0].now, false)
 		switch {
 		case errors.Is(err, errPromotionBusy):
-			sts[0].promoteLater = true
+			sts[0].promoteLater = !sts[0].promoteByCaller
 		case err != nil:
 			return err
 		}

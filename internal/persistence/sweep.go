@@ -399,7 +399,10 @@ func (s *Store) abandonOne(ctx context.Context, row expired) (c *Computation, er
 			s.hooks.Abandoning(c)
 		}
 		st.revision++
-		st.promote = c.gated() // its slot is free
+		// Its slot is free: promoted now if the promotion lock is free, or else by the pass's
+		// promotion after its abandonments, not after each of them, so that the lock cannot hold
+		// up the retries of the work of a dead replica.
+		st.promote, st.promoteByCaller = c.gated(), true
 		return s.afterFailure(ctx, tx, st, c, fmt.Errorf("%s: %w", row.Reason, errAbandoned), false)
 	})
 	if errors.Is(err, errNothingToDo) {
