@@ -42,6 +42,9 @@ type execState struct {
 	// promoteByCaller: the caller promotes once after many writes (a sweep pass after its
 	// abandonments), so a busy promotion lock is not waited for after this write's commit.
 	promoteByCaller bool
+	// requeueAt, when set, is the run_at of an abandoned attempt whose retry is being created: a
+	// retry without backoff is due since then, and keeps that attempt's place in the queue.
+	requeueAt *time.Time
 }
 
 type valueRow struct {
@@ -428,6 +431,9 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 	}
 	state := StateAvailable
 	runAt := st.now
+	if st.requeueAt != nil && delay <= 0 {
+		runAt = *st.requeueAt
+	}
 	var errText *string
 	var finishedAt *time.Time
 	switch {

@@ -140,3 +140,26 @@ func TestSweepAbandonsPastABusyPromotionLock(t *testing.T) {
 		require.Equal(t, StateAvailable, b.latest(t, id, "job").State)
 	}
 }
+
+// The retry of an abandoned attempt without backoff keeps the attempt's place in the queue: it
+// is claimed before the work that became due after the attempt, not behind all of it.
+func TestAbandonedWorkKeepsItsPlaceInTheQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	lost := b.ready(t, 1)[0]
+	first := b.claimOne(t, "dead") // a replica without a heartbeat: its work has expired
+	b.clock.Advance(time.Second)
+	later := b.ready(t, 1)[0]
+
+	res, err := b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	retry := b.latest(t, lost, "y")
+	require.Equal(t, 2, retry.Attempt)
+	require.True(t, retry.RunAt.Equal(first.RunAt), "due since the abandoned attempt was, %v, not %v", first.RunAt, retry.RunAt)
+
+	got := b.claimOne(t, "r1")
+	require.Equal(t, lost, got.ExecutionID, "the retry is claimed first, before %s", later)
+	require.Equal(t, later, b.claimOne(t, "r1").ExecutionID)
+}
