@@ -88,8 +88,9 @@ type Config struct {
 	// PollInterval is how often the replica looks for work and for awaited values when no
 	// notification came. Notifications (LISTEN/NOTIFY) are the main path. Default 1s.
 	PollInterval time.Duration
-	// SweepInterval is the time between sweeper passes, which abandon computations past their
-	// deadlines and promote due retries. Default 5s.
+	// SweepInterval is the time between the starts of two sweeper passes, which abandon
+	// computations past their deadlines and promote due retries; a pass that takes longer is
+	// followed by the next at once. Default 5s.
 	SweepInterval time.Duration
 	// ReplicaHeartbeatInterval is how often this replica upserts its row in replica_heartbeats.
 	// The first heartbeat is written in New, before anything is claimed. While it fails, the

@@ -138,6 +138,17 @@ const (
 	tickCycles = 3                      // at most 9: see nextTick
 )
 
+// The gated node of the soak: its executions take soakGatedKeys concurrency keys in turn, and at
+// most soakGatedParallel run at once. The soak gives it a quarter of its rate, each of WorkMin to
+// WorkMax (100 to 400ms): at 300 executions/s, 75 a second, 19 at once on average, and a key
+// comes back every 1.3s. The limits hold back its attempts when claims lag by more than that,
+// and leave it the capacity of its rate: the soak measures faults under load, not a backlog
+// that grows by design.
+const (
+	soakGatedKeys     = 100
+	soakGatedParallel = 100
+)
+
 // soakKind is a graph of the soak, with what the soak's audit expects of its executions.
 type soakKind struct {
 	g *graph.Graph
@@ -209,10 +220,11 @@ func soakKinds(cfg workerConfig) []soakKind {
 			graph.Input("n"),
 			compute("gated", graph.Needs("n"), failing("gated", func(in graph.Values) int64 { return in.Int("n") * in.Int("n") }),
 				graph.ConcurrencyKey(func(in graph.Values) string {
+					// The soak gives this graph one execution in four: their inputs are 4 apart.
 					n := in.Int("n")
-					return fmt.Sprintf("k%d", max(n, -n)%10)
+					return fmt.Sprintf("k%d", (max(n, -n)/4)%soakGatedKeys)
 				}),
-				graph.MaxParallel(5)),
+				graph.MaxParallel(soakGatedParallel)),
 		}, graph.CompletesWhen(graph.Needs("gated"))),
 		final: "gated", want: func(n int64) int64 { return n * n }, failsAt: "gated",
 	}, {

@@ -41,6 +41,12 @@ type execState struct {
 	caller bool
 	// promoteLater: the promotion lock was busy, so promotion runs after the commit instead.
 	promoteLater bool
+	// promoteByCaller: the caller promotes once after many writes (a sweep pass after its
+	// abandonments), so a busy promotion lock is not waited for after this write's commit.
+	promoteByCaller bool
+	// requeueAt, when set, is the run_at of an abandoned attempt whose retry is being created: a
+	// retry without backoff is due since then, and keeps that attempt's place in the queue.
+	requeueAt *time.Time
 }
 
 type valueRow struct {
@@ -427,6 +433,9 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 	}
 	state := StateAvailable
 	runAt := st.now
+	if st.requeueAt != nil && delay <= 0 {
+		runAt = *st.requeueAt
+	}
 	var errText *string
 	var finishedAt *time.Time
 	switch {
@@ -513,7 +522,7 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 		n, err := s.promoteGated(ctx, t, sts[0].now, false)
 		switch {
 		case errors.Is(err, errPromotionBusy):
-			sts[0].promoteLater = true
+			sts[0].promoteLater = !sts[0].promoteByCaller
 		case err != nil:
 			return err
 		}

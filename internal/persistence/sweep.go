@@ -399,7 +399,15 @@ func (s *Store) abandonOne(ctx context.Context, row expired) (c *Computation, er
 			s.hooks.Abandoning(c)
 		}
 		st.revision++
-		st.promote = c.gated() // its slot is free
+		// Its slot is free: promoted now if the promotion lock is free, or else by the pass's
+		// promotion after its abandonments, not after each of them, so that the lock cannot hold
+		// up the retries of the work of a dead replica.
+		st.promote, st.promoteByCaller = c.gated(), true
+		// Its retry, if it has no backoff, keeps its place in the queue: the work has been due
+		// since its run_at, and it waited its turn once already. Behind a backlog, a retry at the
+		// back of the queue would wait for all of it a second time, after a replica's death.
+		st.requeueAt = &c.RunAt
+		defer func() { st.requeueAt = nil }()
 		return s.afterFailure(ctx, tx, st, c, fmt.Errorf("%s: %w", row.Reason, errAbandoned), false)
 	})
 	if errors.Is(err, errNothingToDo) {

@@ -97,3 +97,69 @@ func TestSweepGivesUpOnAnAttemptItCanNeverAbandon(t *testing.T) {
 	require.Contains(t, *got.Error, "lock timeout")
 	require.Equal(t, CategoryReplicaStale, ReasonCategory(*got.Error))
 }
+
+// A busy promotion lock does not hold up the abandonments of a pass: each abandonment of a gated
+// attempt commits its retry and goes on to the next, and the pass promotes once, after them. The
+// work of a dead replica is retried as soon as its attempts are found, however long another
+// transaction holds the lock.
+func TestSweepAbandonsPastABusyPromotionLock(t *testing.T) {
+	t.Parallel()
+	g := keyedGraph("busypromote")
+	b := setup(t, g)
+	b.store = b.newStore(t, Config{Graphs: []*graph.Graph{g}, LockTimeout: time.Minute})
+	ctx := context.Background()
+	ids := []string{b.start(t, g, map[string]any{"k": "A"}), b.start(t, g, map[string]any{"k": "B"})}
+	require.Len(t, b.claimed(t, "dead"), 2)
+
+	holder, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = holder.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", b.store.promoteKey).Exec(ctx)
+	require.NoError(t, err)
+	swept := make(chan error, 1)
+	var res SweepResult
+	go func() {
+		var err error
+		res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 10})
+		swept <- err
+	}()
+	waitFor(t, "both attempts to be abandoned and retried while the promotion lock is held", func() bool {
+		for _, id := range ids {
+			if c := b.latest(t, id, "job"); c.Attempt != 2 || c.State != StatePending {
+				return false
+			}
+		}
+		return true
+	})
+
+	require.NoError(t, holder.Commit())
+	require.NoError(t, <-swept)
+	require.Len(t, res.Abandoned, 2)
+	require.Equal(t, 2, res.Promoted, "the pass promotes the retries once the lock is free")
+	for _, id := range ids {
+		require.Equal(t, StateAvailable, b.latest(t, id, "job").State)
+	}
+}
+
+// The retry of an abandoned attempt without backoff keeps the attempt's place in the queue: it
+// is claimed before the work that became due after the attempt, not behind all of it.
+func TestAbandonedWorkKeepsItsPlaceInTheQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	lost := b.ready(t, 1)[0]
+	first := b.claimOne(t, "dead") // a replica without a heartbeat: its work has expired
+	b.clock.Advance(time.Second)
+	later := b.ready(t, 1)[0]
+
+	res, err := b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	retry := b.latest(t, lost, "y")
+	require.Equal(t, 2, retry.Attempt)
+	require.True(t, retry.RunAt.Equal(first.RunAt), "due since the abandoned attempt was, %v, not %v", first.RunAt, retry.RunAt)
+
+	got := b.claimOne(t, "r1")
+	require.Equal(t, lost, got.ExecutionID, "the retry is claimed first, before %s", later)
+	require.Equal(t, later, b.claimOne(t, "r1").ExecutionID)
+}

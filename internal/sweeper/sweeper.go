@@ -39,7 +39,8 @@ type Config struct {
 	Store *persistence.Store
 	// ReplicaID names this replica in the sweep lease.
 	ReplicaID string
-	// Interval between passes. Default 5s.
+	// Interval between the starts of two passes; a pass that takes longer is followed by the
+	// next at once. Default 5s.
 	Interval time.Duration
 	// LeaseTTL is how long the sweep lease lasts without a pass: a frozen or dead sweeper delays
 	// the others by this at most. Default 3 × Interval.
@@ -196,11 +197,16 @@ func (a *sweeperActor) Receive(ctx actor.Context) {
 		a.pass()
 		close(msg.Done)
 	case tick:
+		// Passes start Interval apart, not Interval after the end of the last one: under load a
+		// pass takes long, and what comes due during it (the work of a replica that has just
+		// gone stale) would wait for the pass and then a whole Interval more. A pass slower than
+		// Interval is followed by the next at once, never by two at a time.
+		began := time.Now()
 		next := a.s.cfg.Interval
 		if a.pass() {
 			next = 0
 		}
-		a.cancel = a.timers.SendOnce(next, ctx.Self(), tick{})
+		a.cancel = a.timers.SendOnce(max(next-time.Since(began), 0), ctx.Self(), tick{})
 	case *actor.Stopping, *actor.Restarting:
 		if a.cancel != nil {
 			a.cancel()

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
@@ -390,4 +393,71 @@ func TestAbandonmentTelemetry(t *testing.T) {
 		{Graph: "telemetry", Version: "v1", Node: "y", State: persistence.StateAvailable},
 		{Graph: "telemetry", Version: "v1", Node: "y", State: persistence.StateRunning, N: 1},
 	}, counts)
+}
+
+// Passes start Interval apart: after a pass slower than Interval, the next starts at once, and
+// what came due during the slow pass (here the work of a replica without a heartbeat) is
+// abandoned then, not a whole Interval after the slow pass ended.
+func TestPassesStartIntervalApart(t *testing.T) {
+	ctx := context.Background()
+	logger := slog.New(slog.DiscardHandler)
+	schema := pgtest.Schema(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	_, err := migrations.Migrate(ctx, db, schema, logger)
+	require.NoError(t, err)
+	g := graph.MustNew("cadence", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil },
+			graph.Backoff(func(int) time.Duration { return 0 })),
+	})
+	abandoning := make(chan int64, 2)
+	release := make(chan struct{})
+	var calls atomic.Int32
+	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger,
+		Hooks: persistence.Hooks{Abandoning: func(c *persistence.Computation) {
+			abandoning <- c.ID
+			if calls.Add(1) == 1 {
+				<-release // the first abandonment holds up its pass
+			}
+		}}})
+	require.NoError(t, err)
+	// expired starts an execution and claims its attempt as a replica with no heartbeat row.
+	expired := func() int64 {
+		e, err := store.CreateExecution(ctx, g)
+		require.NoError(t, err)
+		_, err = store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
+		require.NoError(t, err)
+		got, err := store.Claim(ctx, "dead", 1)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		return got[0].ID
+	}
+	first := expired()
+
+	const interval = 2 * time.Second
+	system := actor.NewActorSystem()
+	s := sweeper.New(sweeper.Config{Store: store, ReplicaID: "r1", Interval: interval, Logger: logger})
+	pid := system.Root.Spawn(s.Props())
+	t.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the stop, if the test fails while the pass is held
+
+	select {
+	case id := <-abandoning:
+		require.Equal(t, first, id)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first pass did not abandon the expired attempt")
+	}
+	second := expired()  // the held pass has read its attempts: the next pass finds this one
+	time.Sleep(interval) // the length of the slow pass: the fault this test makes
+	free()
+	released := time.Now()
+	select {
+	case id := <-abandoning:
+		require.Equal(t, second, id)
+		require.Less(t, time.Since(released), interval/2, "the next pass starts at once after a pass slower than Interval")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no pass abandoned the second expired attempt")
+	}
 }
