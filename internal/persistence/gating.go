@@ -58,7 +58,7 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 		return len(ungated), err // nothing gated is due: leave the promotion lock alone
 	}
 	var gated int
-	err = s.inTxn(ctx, func(ctx context.Context, t *txn) error {
+	err = s.inTxn(ctx, s.workDB(), func(ctx context.Context, t *txn) error {
 		if err := t.begin(ctx); err != nil {
 			return err
 		}
