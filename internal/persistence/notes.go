@@ -8,8 +8,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// notesTimeout bounds one transaction of notes.
-const notesTimeout = 5 * time.Second
+const (
+	// notesTimeout bounds one transaction of notes.
+	notesTimeout = 5 * time.Second
+	// notesGap is the least time between the starts of two transactions of notes. Each costs a
+	// transaction, and one more in every listening session, which reads the notifications in a
+	// transaction of its own: at 1,000 executions/s, sent as they came, the notes were 0.87
+	// transactions per computation, and as many again in the listener. A replica's own waiters
+	// and dispatcher are told by the writer itself; the gap delays only the other replicas.
+	notesGap = 5 * time.Millisecond
+)
 
 // notes sends the NOTIFYs of the writes once they have committed, in transactions of their own
 // that do not wait for the WAL to reach the disk.
@@ -28,6 +36,7 @@ type notes struct {
 	pending []string
 	queued  map[string]bool // the payloads in pending
 	sending bool            // a goroutine sends them
+	last    time.Time       // when the last transaction of notes began
 	idle    *sync.Cond      // signalled when sending ends
 }
 
@@ -56,10 +65,16 @@ func (n *notes) send(payloads []string) {
 	}
 }
 
-// run sends what is pending until nothing is.
+// run sends what is pending until nothing is, notesGap apart.
 func (n *notes) run() {
 	for {
 		n.mu.Lock()
+		if wait := time.Until(n.last.Add(notesGap)); wait > 0 {
+			n.mu.Unlock()
+			time.Sleep(wait) // what comes meanwhile goes in the same transaction
+			n.mu.Lock()
+		}
+		n.last = time.Now()
 		batch := n.pending
 		n.pending, n.queued = nil, map[string]bool{}
 		if len(batch) == 0 {
