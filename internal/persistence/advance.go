@@ -65,9 +65,9 @@ func (r valueRow) toValue() graph.Value {
 // write runs fn on execution id, locked and loaded, in a transaction that then writes the
 // execution back (finish); after the commit it fires the OnSave events. before, if not nil, runs
 // first in the same transaction: a fenced write that must lock its computation row before the
-// execution is locked, as the lock order demands. then go with the loads, after the lock.
+// execution is locked, as the lock order demands.
 func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error,
-	then []step, fn func(ctx context.Context, tx *txn, st *execState) error) error {
+	fn func(ctx context.Context, tx *txn, st *execState) error) error {
 	var done []*execState
 	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		if before != nil {
@@ -78,7 +78,7 @@ func (s *Store) write(ctx context.Context, id string, before func(ctx context.Co
 				return err
 			}
 		}
-		sts, err := s.load(ctx, t, []string{id}, nil, then)
+		sts, err := s.load(ctx, t, []string{id}, nil, nil)
 		if err != nil {
 			return err
 		}

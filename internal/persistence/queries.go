@@ -17,7 +17,7 @@ var ErrNotFailed = errors.New("journey: node has not failed")
 // SetArchived archives or unarchives an execution. Archived executions are left out of listings
 // and loads; their waiting attempts are canceled, and revived by Unarchive.
 func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error {
-	return s.write(ctx, id, nil, nil, func(ctx context.Context, tx *txn, st *execState) error {
+	return s.write(ctx, id, nil, func(ctx context.Context, tx *txn, st *execState) error {
 		return s.archive(ctx, tx, st, archived)
 	})
 }
@@ -40,7 +40,7 @@ func (s *Store) archive(ctx context.Context, tx *txn, st *execState, archived bo
 
 // Retry gives a node that used up its attempts a fresh budget: a new first attempt.
 func (s *Store) Retry(ctx context.Context, id, node string) error {
-	return s.write(ctx, id, nil, nil, func(ctx context.Context, tx *txn, st *execState) error {
+	return s.write(ctx, id, nil, func(ctx context.Context, tx *txn, st *execState) error {
 		return s.retry(ctx, tx, st, node)
 	})
 }
@@ -93,7 +93,7 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 	}
 	woken := 0
 	for _, id := range ids {
-		err := s.write(ctx, id, s.boundLocks, nil, func(ctx context.Context, tx *txn, st *execState) error {
+		err := s.write(ctx, id, s.boundLocks, func(ctx context.Context, tx *txn, st *execState) error {
 			return s.advance(ctx, tx, st) // a no-op if another replica got there first
 		})
 		if err == nil {

@@ -166,7 +166,7 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 		}
 		return nil
 	}
-	err := s.write(ctx, req.ExecutionID, lock, nil, func(ctx context.Context, tx *txn, st *execState) error {
+	err := s.write(ctx, req.ExecutionID, lock, func(ctx context.Context, tx *txn, st *execState) error {
 		var err error
 		switch req.Action {
 		case ActionRetry:

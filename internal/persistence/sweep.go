@@ -394,7 +394,7 @@ func (s *Store) abandonOne(ctx context.Context, row expired) (c *Computation, er
 		c = got[0]
 		return nil
 	}
-	err = s.write(ctx, row.ExecutionID, guard, nil, func(ctx context.Context, tx *txn, st *execState) error {
+	err = s.write(ctx, row.ExecutionID, guard, func(ctx context.Context, tx *txn, st *execState) error {
 		if s.hooks.Abandoning != nil {
 			s.hooks.Abandoning(c)
 		}
