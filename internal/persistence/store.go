@@ -171,6 +171,7 @@ type Store struct {
 	abandoning  abandonFailures
 	tracer      trace.Tracer
 	notes       *notes
+	promoter    *promoter
 }
 
 // New returns a Store. It does not touch the database.
@@ -201,7 +202,7 @@ func New(cfg Config) (*Store, error) {
 		tracer:      cmp.Or[trace.Tracer](cfg.Tracer, telemetry.Disabled().Tracer),
 		routes:      make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
-	s.notes = newNotes(s)
+	s.notes, s.promoter = newNotes(s), newPromoter(s)
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
