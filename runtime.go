@@ -351,7 +351,7 @@ func (r *Runtime) stop(ctx context.Context) error {
 			"timeout", onSaveTimeout)
 	}
 	r.system.Shutdown()
-	r.store.Settled() // the notifications and promotions of the last writes, before the pool closes
+	r.store.NotesSent() // the notifications of the last writes, before the pool closes
 	r.closePool()
 	r.logger.Info("journey runtime stopped")
 	return errors.Join(errs...)

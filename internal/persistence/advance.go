@@ -98,8 +98,8 @@ func (s *Store) write(ctx context.Context, id string, before func(ctx context.Co
 	return nil
 }
 
-// committed follows the commit of a write: it fires the OnSave events, and has the promoter
-// promote what the write could not because the promotion lock was busy.
+// committed follows the commit of a write: it fires the OnSave events, and promotes what the
+// write could not because the promotion lock was busy.
 func (s *Store) committed(ctx context.Context, sts []*execState) {
 	later := false
 	for _, st := range sts {
@@ -107,7 +107,10 @@ func (s *Store) committed(ctx context.Context, sts []*execState) {
 		later = later || st.promoteLater
 	}
 	if later {
-		s.promoter.ask()
+		if _, err := s.PromoteDue(ctx); err != nil {
+			// The dispatchers' poll and the sweeper promote what this could not.
+			s.logger.Warn("promoting after a write failed", "error", err)
+		}
 	}
 }
 

@@ -116,7 +116,7 @@ func TestIdleStartIsOneRoundTrip(t *testing.T) {
 		execs, err := s.CreateExecutions(ctx, c.g, []map[string]json.RawMessage{nil, {}})
 		require.NoError(t, err)
 		// The NOTIFY of the eager graph's work follows the commit, on a connection of its own.
-		s.Settled()
+		s.NotesSent()
 		batches := map[int]bool{}
 		for _, st := range log.sent {
 			if strings.Contains(st.sql, "pg_notify") {
@@ -163,7 +163,7 @@ func TestCreateExecutionsNotifiesOnce(t *testing.T) {
 
 	// Notifications arrive in commit order: the marker comes after everything the call sent,
 	// once its notes have gone.
-	b.store.Settled()
+	b.store.NotesSent()
 	const marker = "test-marker"
 	_, err = conn.Exec(ctx, "SELECT pg_notify($1, $2)", b.store.Channel(), marker)
 	require.NoError(t, err)

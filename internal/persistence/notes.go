@@ -107,66 +107,6 @@ func (n *notes) wait() {
 	}
 }
 
-// promoter promotes after the writes that found the promotion lock busy, in a goroutine of its
-// own: the write's caller returns without waiting for the lock. In the soak at 300 executions/s,
-// up to nine producers' Starts at a time waited for it there, behind the passes of the others.
-// The writes that ask while a pass runs get one more pass after it, which sees what they committed.
-type promoter struct {
-	s       *Store
-	mu      sync.Mutex
-	again   bool // a write asked since the pass under way began
-	running bool
-	idle    *sync.Cond // signalled when running ends
-}
-
-func newPromoter(s *Store) *promoter {
-	p := &promoter{s: s}
-	p.idle = sync.NewCond(&p.mu)
-	return p
-}
-
-// ask makes a pass happen after now.
-func (p *promoter) ask() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.again = true
-	if !p.running {
-		p.running = true
-		go p.run()
-	}
-}
-
-func (p *promoter) run() {
-	for {
-		p.mu.Lock()
-		if !p.again {
-			p.running = false
-			p.idle.Broadcast()
-			p.mu.Unlock()
-			return
-		}
-		p.again = false
-		p.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), notesTimeout+p.s.lockTimeout)
-		if _, err := p.s.PromoteDue(ctx); err != nil {
-			// The dispatchers' poll and the sweeper promote what this could not.
-			p.s.logger.Warn("promoting after a write failed", "error", err)
-		}
-		cancel()
-	}
-}
-
-func (p *promoter) wait() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for p.running {
-		p.idle.Wait()
-	}
-}
-
-// Settled returns once what follows the writes committed so far is done: their notifications
-// sent, and the promotions that they left to after their commit made (or failed).
-func (s *Store) Settled() {
-	s.promoter.wait()
-	s.notes.wait()
-}
+// NotesSent returns once the notifications of the writes committed so far have been sent (or
+// have failed to be).
+func (s *Store) NotesSent() { s.notes.wait() }

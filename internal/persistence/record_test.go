@@ -399,7 +399,7 @@ func TestRecordAFanOutInAsManyRoundTripsAsOneNode(t *testing.T) {
 		lost, err := s.Record(ctx, outs)
 		require.NoError(t, err)
 		require.Equal(t, make([]error, len(cs)), lost)
-		s.Settled()
+		s.NotesSent()
 		return log.roundTrips()
 	}
 	apart := record(firsts)

@@ -171,7 +171,6 @@ type Store struct {
 	abandoning  abandonFailures
 	tracer      trace.Tracer
 	notes       *notes
-	promoter    *promoter
 }
 
 // New returns a Store. It does not touch the database.
@@ -202,7 +201,7 @@ func New(cfg Config) (*Store, error) {
 		tracer:      cmp.Or[trace.Tracer](cfg.Tracer, telemetry.Disabled().Tracer),
 		routes:      make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
-	s.notes, s.promoter = newNotes(s), newPromoter(s)
+	s.notes = newNotes(s)
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}

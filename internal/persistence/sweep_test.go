@@ -3,7 +3,6 @@ package persistence
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -140,41 +139,6 @@ func TestSweepAbandonsPastABusyPromotionLock(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, StateAvailable, b.latest(t, id, "job").State)
 	}
-}
-
-// A write that finds the promotion lock busy returns without waiting for it: its gated attempt
-// is promoted after, once the lock is free.
-func TestWriteLeavesABusyPromotionLockToThePromoter(t *testing.T) {
-	t.Parallel()
-	g := keyedGraph("promoter")
-	b := setup(t, g)
-	b.store = b.newStore(t, Config{Graphs: []*graph.Graph{g}, LockTimeout: time.Minute})
-	ctx := context.Background()
-	holder, err := b.db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer func() { _ = holder.Rollback() }()
-	_, err = holder.NewRaw("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", b.store.promoteKey).Exec(ctx)
-	require.NoError(t, err)
-
-	e, err := b.store.CreateExecution(ctx, g)
-	require.NoError(t, err)
-	id := e.ID
-	set := make(chan error, 1)
-	go func() {
-		_, err := b.store.SetValues(ctx, id, map[string]json.RawMessage{"k": json.RawMessage(`"A"`)}, nil, nil)
-		set <- err
-	}()
-	select {
-	case err := <-set:
-		require.NoError(t, err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the write waited for the promotion lock")
-	}
-	require.Equal(t, StatePending, b.latest(t, id, "job").State, "not promoted while the lock is held")
-
-	require.NoError(t, holder.Commit())
-	b.store.Settled()
-	require.Equal(t, StateAvailable, b.latest(t, id, "job").State, "promoted once the lock was free")
 }
 
 // The retry of an abandoned attempt without backoff keeps the attempt's place in the queue: it
