@@ -252,7 +252,7 @@ func (s *Store) writeValues(ctx context.Context, t *txn, w valueWrites, now time
 // writeValuesStep is writeValuesQuery as a step of a batch, at time now (nil: the transaction's
 // time). It reads the rows that changed into rows.
 func (s *Store) writeValuesStep(w valueWrites, now any, rows *[]*valueRow) step {
-	return step{dollars(s.q(writeValuesQuery)), []any{w.ids, w.nodes, w.raws, w.metas, w.revs, now}, collect(rows)}
+	return step{s.writeValuesSQL, []any{w.ids, w.nodes, w.raws, w.metas, w.revs, now}, collect(rows)}
 }
 
 // recordSave queues the OnSave event of a value written, if its node or the graph has a callback.

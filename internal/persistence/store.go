@@ -171,6 +171,8 @@ type Store struct {
 	abandoning  abandonFailures
 	tracer      trace.Tracer
 	notes       *notes
+	// writeValuesSQL is writeValuesQuery for this schema, numbered for pgx: every write sends it.
+	writeValuesSQL string
 }
 
 // New returns a Store. It does not touch the database.
@@ -202,6 +204,7 @@ func New(cfg Config) (*Store, error) {
 		routes:      make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
 	s.notes = newNotes(s)
+	s.writeValuesSQL = dollars(s.q(writeValuesQuery))
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
