@@ -143,11 +143,59 @@ func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOpti
 		}
 		return toExecution(execs[0]), nil
 	}
+	if len(set) == 0 && r.store.StartsIdle(g) {
+		w, err := r.writes.do(ctx, write{start: g})
+		if err != nil {
+			return nil, err
+		}
+		return toExecution(w.exec), nil
+	}
 	e, err := r.startsOf(g).do(ctx, set)
 	if err != nil {
 		return nil, err
 	}
 	return toExecution(e), nil
+}
+
+// write is a call of r.writes: the Start of an execution of start with no values, which starts
+// idle (persistence.Store.StartsIdle), or else set. The INSERT of an idle Start goes with the
+// COMMIT of the Sets that it meets, so that an application that starts an execution, then sets its
+// input, pays about one transaction for both under load.
+type write struct {
+	start *graph.Graph
+	set   persistence.Setting
+}
+
+// written is the answer to a write: the execution started, or the revision after the Set.
+type written struct {
+	exec *persistence.Execution
+	rev  int64
+}
+
+// writeAll makes the writes of ws in one transaction.
+func (r *Runtime) writeAll(ctx context.Context, ws []write) ([]written, error) {
+	var starts []*graph.Graph
+	var sets []persistence.Setting
+	for _, w := range ws {
+		if w.start != nil {
+			starts = append(starts, w.start)
+		} else {
+			sets = append(sets, w.set)
+		}
+	}
+	execs, revs, err := r.store.Write(ctx, starts, sets)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]written, len(ws))
+	for i, w := range ws {
+		if w.start != nil {
+			out[i].exec, execs = execs[0], execs[1:]
+		} else {
+			out[i].rev, revs = revs[0], revs[1:]
+		}
+	}
+	return out, nil
 }
 
 // startsOf returns the group that gathers the concurrent Starts of g into one transaction.
@@ -305,7 +353,8 @@ func (r *Runtime) setMany(ctx context.Context, id string, values map[string]any,
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return r.store.SetValues(ctx, id, set, meta, nil)
 	}
-	return r.sets.do(ctx, setting)
+	w, err := r.writes.do(ctx, write{set: setting})
+	return w.rev, err
 }
 
 // encode encodes a value or metadata given by the user, and checks that it can be stored. what

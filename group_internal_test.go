@@ -235,9 +235,9 @@ func TestGroupedLooksAnswerEachCaller(t *testing.T) {
 	}
 }
 
-// Sets that queue behind a write go in one transaction; a bad one (here, of a node that is not an
-// input) gets its own error and writes nothing, while the others succeed; two Sets of one
-// execution each get a revision of their own.
+// Sets, and idle Starts, that queue behind a write go in one transaction; a bad Set (here, of a
+// node that is not an input) gets its own error and writes nothing, while the others succeed; two
+// Sets of one execution each get a revision of their own.
 func TestGroupedSetsAnswerEachCaller(t *testing.T) {
 	t.Parallel()
 	g := graph.MustNew("sets", "v1", []graph.Node{
@@ -249,30 +249,33 @@ func TestGroupedSetsAnswerEachCaller(t *testing.T) {
 	defer cancel()
 	execs, err := rt.StartMany(ctx, g, make([]map[string]any, 6))
 	require.NoError(t, err)
-
-	type answer struct {
-		rev int64
-		err error
+	set := func(id, node, value string) write {
+		return write{set: persistence.Setting{ID: id, Set: map[string]json.RawMessage{node: json.RawMessage(value)}}}
 	}
+	started := func(a answer) {
+		t.Helper()
+		require.NoError(t, a.err)
+		e, err := rt.Load(ctx, a.exec.ID)
+		require.NoError(t, err)
+		require.Equal(t, g.Name(), e.Graph)
+	}
+
 	for _, c := range []struct {
-		name     string
-		settings []persistence.Setting // queued behind a Set of execs[0]
-		sizes    []int
-		check    func(answers []answer)
+		name   string
+		writes []write // queued behind a Set of execs[0]
+		sizes  []int
+		check  func(answers []answer)
 	}{{
-		name: "one bad",
-		settings: []persistence.Setting{
-			{ID: execs[1].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`1`)}},
-			{ID: execs[2].ID, Set: map[string]json.RawMessage{"y": json.RawMessage(`1`)}},
-			{ID: execs[3].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`3`)}},
-		},
-		sizes: []int{1, 3, 1, 1, 1},
+		name:   "one bad",
+		writes: []write{set(execs[1].ID, "x", `1`), set(execs[2].ID, "y", `1`), {start: g}, set(execs[3].ID, "x", `3`)},
+		sizes:  []int{1, 4, 1, 1, 1, 1},
 		check: func(answers []answer) {
 			require.ErrorIs(t, answers[1].err, ErrNotInput)
-			for _, i := range []int{0, 2} {
+			for _, i := range []int{0, 3} {
 				require.NoError(t, answers[i].err)
 				require.Equal(t, int64(1), answers[i].rev)
 			}
+			started(answers[2])
 			v, err := rt.Values(ctx, execs[2].ID)
 			require.NoError(t, err)
 			require.Empty(t, v, "the bad Set wrote nothing")
@@ -281,29 +284,29 @@ func TestGroupedSetsAnswerEachCaller(t *testing.T) {
 			require.EqualValues(t, 3, x.Int())
 		},
 	}, {
-		name: "all good",
-		settings: []persistence.Setting{
-			{ID: execs[1].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`11`)}},
-			{ID: execs[3].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`13`)}},
-		},
-		sizes: []int{1, 2},
+		name:   "all good",
+		writes: []write{set(execs[1].ID, "x", `11`), {start: g}, set(execs[3].ID, "x", `13`), {start: g}},
+		sizes:  []int{1, 4},
 		check: func(answers []answer) {
 			for i, id := range []string{execs[1].ID, execs[3].ID} {
-				require.NoError(t, answers[i].err)
+				require.NoError(t, answers[2*i].err)
 				x, err := rt.Get(ctx, id, "x")
 				require.NoError(t, err)
 				require.EqualValues(t, 11+2*i, x.Int())
-				require.Equal(t, answers[i].rev, x.Revision)
+				require.Equal(t, answers[2*i].rev, x.Revision)
 			}
+			started(answers[1])
+			started(answers[3])
+			require.NotEqual(t, answers[1].exec.ID, answers[3].exec.ID)
+			// now() is the transaction's start: the Starts went in the Sets' transaction.
+			x, err := rt.Get(ctx, execs[1].ID, "x")
+			require.NoError(t, err)
+			require.True(t, x.SetAt.Equal(answers[1].exec.CreatedAt), "set at %v, started at %v", x.SetAt, answers[1].exec.CreatedAt)
 		},
 	}, {
-		name: "one execution twice",
-		settings: []persistence.Setting{
-			{ID: execs[4].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`1`)}},
-			{ID: execs[4].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`2`)}},
-			{ID: execs[5].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`5`)}},
-		},
-		sizes: []int{1, 3, 1, 1, 1},
+		name:   "one execution twice",
+		writes: []write{set(execs[4].ID, "x", `1`), set(execs[4].ID, "x", `2`), set(execs[5].ID, "x", `5`)},
+		sizes:  []int{1, 3, 1, 1, 1},
 		check: func(answers []answer) {
 			for _, a := range answers {
 				require.NoError(t, a.err)
@@ -311,28 +314,37 @@ func TestGroupedSetsAnswerEachCaller(t *testing.T) {
 			require.NotEqual(t, answers[0].rev, answers[1].rev, "each Set of execs[4] has its own revision")
 		},
 	}} {
-		grp, unblock, sizes := blocked(rt.store.SetValuesOf)
+		grp, unblock, sizes := blocked(rt.writeAll)
 		var led error
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, led = grp.do(ctx, persistence.Setting{ID: execs[0].ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`0`)}})
+			_, led = grp.do(ctx, set(execs[0].ID, "x", `0`))
 		}()
 		require.Eventually(t, func() bool { return len(sizes()) == 1 }, 20*time.Second, time.Millisecond, c.name)
-		answers := make([]answer, len(c.settings))
-		for i, set := range c.settings {
+		answers := make([]answer, len(c.writes))
+		for i, w := range c.writes {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				answers[i].rev, answers[i].err = grp.do(ctx, set)
+				var got written
+				got, answers[i].err = grp.do(ctx, w)
+				answers[i].exec, answers[i].rev = got.exec, got.rev
 			}()
 		}
-		queued(t, grp, len(c.settings))
+		queued(t, grp, len(c.writes))
 		close(unblock)
 		wg.Wait()
 		require.NoError(t, led, c.name)
 		require.Equal(t, c.sizes, sizes(), c.name)
 		c.check(answers)
 	}
+}
+
+// answer is what a grouped write answered one caller.
+type answer struct {
+	exec *persistence.Execution
+	rev  int64
+	err  error
 }

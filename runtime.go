@@ -78,9 +78,9 @@ type Runtime struct {
 	orphaned   atomic.Bool                                        // set once Stop no longer waits for the running functions
 	saves      atomic.Int64                                       // OnSave callbacks running
 	saved      chan struct{}                                      // a signal when one of them returns
-	starts     sync.Map                                           // *graph.Graph → its group of Starts (see startsOf)
+	starts     sync.Map                                           // *graph.Graph → its group of Starts with values (see startsOf)
 	looks      *group[persistence.NodeRef, persistence.NodeState] // the Gets' looks, read together
-	sets       *group[persistence.Setting, int64]                 // the Sets, written together
+	writes     *group[write, written]                             // the Sets and the idle Starts, written together
 
 	moves    clockMoves // a test clock's moves, acted on at once (now.go)
 	stopped  atomic.Bool
@@ -104,9 +104,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		saved:   make(chan struct{}, 1),
 	}
 	r.looks = &group[persistence.NodeRef, persistence.NodeState]{max: groupMax, write: r.lookAll}
-	r.sets = &group[persistence.Setting, int64]{max: groupMax, write: func(ctx context.Context, sets []persistence.Setting) ([]int64, error) {
-		return r.store.SetValuesOf(ctx, sets)
-	}}
+	r.writes = &group[write, written]{max: groupMax, write: r.writeAll}
 	tel, err := telemetry.New(cfg.MeterProvider, cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("journey: %w", err)

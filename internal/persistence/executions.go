@@ -76,16 +76,12 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		}
 	}
 	var rows []*Execution
-	insert := step{s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, created_at, updated_at)
-		SELECT e.id, $1, $2, e.revision, t.now, t.now
-		FROM unnest($3::text[], $4::bigint[]) AS e(id, revision),
-			(SELECT coalesce($5::timestamptz, now()) AS now) t
-		RETURNING *`), []any{g.Name(), g.Version(), ids, revisions, s.clock.NowOrNil()}, collect(&rows)}
+	insert := s.insertExecutions(ids, slices.Repeat([]*graph.Graph{g}, len(ids)), revisions, &rows)
 	// Advancing a new execution with no values does nothing when no gate holds on no values. Then
 	// nothing waits on what the INSERT returns, and it goes with the BEGIN and the COMMIT: one
 	// round trip.
 	idle := !slices.ContainsFunc(items, func(item map[string]json.RawMessage) bool { return len(item) > 0 }) &&
-		startsIdle(rg)
+		s.StartsIdle(g)
 	var states []*execState
 	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		if idle {
@@ -141,6 +137,58 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 	return execs, nil
 }
 
+// insertExecutions is the statement that inserts the executions ids, of the graphs gs, at the
+// revisions revs, and returns them into rows.
+func (s *Store) insertExecutions(ids []string, gs []*graph.Graph, revs []int64, rows *[]*Execution) step {
+	names, versions := make([]string, len(gs)), make([]string, len(gs))
+	for i, g := range gs {
+		names[i], versions[i] = g.Name(), g.Version()
+	}
+	return step{s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, created_at, updated_at)
+		SELECT e.id, e.graph_name, e.graph_version, e.revision, t.now, t.now
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS e(id, graph_name, graph_version, revision),
+			(SELECT coalesce($5::timestamptz, now()) AS now) t
+		RETURNING *`), []any{ids, names, versions, revs, s.clock.NowOrNil()}, collect(rows)}
+}
+
+// StartsIdle reports whether a new execution of g with no values starts idle: advancing it does
+// nothing, so that its Start is one INSERT, which Write can add to a write of values.
+func (s *Store) StartsIdle(g *graph.Graph) bool { return s.idle[GraphKey(g.Name(), g.Version())] }
+
+// Write makes, in one transaction, the Starts of starts, each an execution of its graph with no
+// values, which starts idle (StartsIdle), and the writes of settings, as SetValuesOf does. It
+// returns the executions in the order of starts, and the revisions in that of settings. An error
+// fails them all, and nothing is written.
+func (s *Store) Write(ctx context.Context, starts []*graph.Graph, settings []Setting) ([]*Execution, []int64, error) {
+	ids := make([]string, len(starts))
+	now := time.Now()
+	for i, g := range starts {
+		if !s.StartsIdle(g) {
+			return nil, nil, fmt.Errorf("persistence: Write was given a Start of %q version %q, which does not start idle", g.Name(), g.Version())
+		}
+		ids[i] = newID(g.IDPrefix(), now)
+	}
+	var rows []*Execution
+	var tail []step
+	if len(starts) > 0 {
+		tail = append(tail, s.insertExecutions(ids, starts, make([]int64, len(ids)), &rows))
+	}
+	var revs []int64
+	var err error
+	if len(settings) > 0 {
+		revs, err = s.setValuesOf(ctx, settings, tail)
+	} else if len(tail) > 0 {
+		err = s.inTxn(ctx, s.db, func(_ context.Context, t *txn) error {
+			t.tail = tail
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return inOrder(rows, ids), revs, nil
+}
+
 // inOrder returns the executions in the order of their ids.
 func inOrder(execs []*Execution, ids []string) []*Execution {
 	byID := make(map[string]*Execution, len(execs))
@@ -155,7 +203,8 @@ func inOrder(execs []*Execution, ids []string) []*Execution {
 }
 
 // startsIdle reports whether advancing a new execution of g with no values does nothing: no gate
-// holds on no values, nor does the graph's completion, and none panics.
+// holds on no values, nor does the graph's completion, and none panics. New asks it once of each
+// graph: a gate is a function of the values alone.
 func startsIdle(g *graph.Graph) bool {
 	none := graph.Values{}
 	if c := g.CompletesWhen(); c != nil {
@@ -242,6 +291,11 @@ type Setting struct {
 // execution at most once, and returns their revisions afterwards, in order. An error fails them
 // all, and nothing is written.
 func (s *Store) SetValuesOf(ctx context.Context, settings []Setting) ([]int64, error) {
+	return s.setValuesOf(ctx, settings, nil)
+}
+
+// setValuesOf is SetValuesOf, whose transaction sends the statements of tail too, with its COMMIT.
+func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step) ([]int64, error) {
 	// The values go with the lock and the loads, in one round trip, at each execution's next
 	// revision: the loads see them. A node that is not an input rolls them back.
 	var w valueWrites
@@ -263,6 +317,7 @@ func (s *Store) SetValuesOf(ctx context.Context, settings []Setting) ([]int64, e
 	revs := make([]int64, len(settings))
 	var done []*execState
 	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
+		t.tail = append(t.tail, tail...)
 		sts, err := s.load(ctx, t, ids, nil, then)
 		if err != nil {
 			return err

@@ -155,6 +155,7 @@ type Store struct {
 	quoted      string // quoted identifier, substituted for {s} in queries
 	channel     string
 	graphs      map[string]*graph.Graph
+	idle        map[string]bool // the graphs whose executions start idle (startsIdle), by GraphKey
 	keys        []string
 	computed    [2][]string // the graph key and the name of each node served that is not an input
 	clock       clock.Clock
@@ -192,6 +193,7 @@ func New(cfg Config) (*Store, error) {
 		quoted:      pgx.Identifier{schema}.Sanitize(),
 		channel:     channelName(schema),
 		graphs:      make(map[string]*graph.Graph, len(cfg.Graphs)),
+		idle:        make(map[string]bool, len(cfg.Graphs)),
 		clock:       cfg.Clock,
 		logger:      cfg.Logger,
 		onSave:      cfg.OnSave,
@@ -220,6 +222,7 @@ func New(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("persistence: graph %q version %q registered twice", g.Name(), g.Version())
 		}
 		s.graphs[key] = g
+		s.idle[key] = startsIdle(g)
 		s.keys = append(s.keys, key)
 		for _, n := range g.Nodes() {
 			if n.Kind() != graph.KindInput {
