@@ -4,26 +4,42 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
+
+// groupMax is the most calls that one grouped write takes.
+const groupMax = 200
+
+// writeLinger is the linger of the Sets and Starts under load (see group.linger). journey bench
+// -rate 1000, alternated: 250µs took the p50 from Set to Get from 5.2–5.5 ms to 4.5–4.6 ms, and
+// the transactions per computation from 1.6 to 1.4; 500µs did no better. Lingering only before a
+// write that leads, not before one that takes what queued behind the last, gained nothing.
+const writeLinger = 250 * time.Microsecond
 
 // group gathers concurrent calls into one write, as a database's group commit does: while a
 // write is under way, the calls that come queue, and the next write takes them all. A call that
 // finds no write under way goes at once, alone: when the replica is idle, grouping costs nothing.
+// Under load, a write may first linger for company, as PostgreSQL's commit_delay does: see
+// linger.
 //
 // A write that fails for a group of more than one is made again for each call alone, so that
 // each gets its own answer: one bad input fails its own call, not the others.
-// groupMax is the most calls that one grouped write takes.
-const groupMax = 200
-
 type group[In, Out any] struct {
 	// write makes the writes of ins in one transaction, and returns their results in order.
 	write func(ctx context.Context, ins []In) ([]Out, error)
 	// max is the most calls one write takes.
 	max int
+	// linger is how long a write waits for more calls to join those queued, if the group is
+	// busy: a write that had company (more than one call, or calls queued behind it) ended less
+	// than 4 lingers ago. A caller alone, even one that writes again and again, never lingers;
+	// nor does a write once max calls wait. 0 never lingers.
+	linger time.Duration
 
 	mu      sync.Mutex
 	queue   []*groupCall[In, Out]
 	writing bool
+	busy    time.Time     // until when a call that leads lingers
+	full    chan struct{} // closed once max calls wait, while one lingers
 }
 
 type groupCall[In, Out any] struct {
@@ -43,6 +59,10 @@ func (g *group[In, Out]) do(ctx context.Context, in In) (Out, error) {
 	g.queue = append(g.queue, c)
 	lead := !g.writing
 	g.writing = true
+	if g.full != nil && len(g.queue) >= g.max {
+		close(g.full)
+		g.full = nil
+	}
 	g.mu.Unlock()
 	if lead {
 		g.writeQueued()
@@ -95,10 +115,33 @@ func (g *group[In, Out]) withdraw(c *groupCall[In, Out]) bool {
 	return false
 }
 
-// writeQueued makes one write of what is queued, the leader's call among it, and hands what
+// lingerIfBusy waits for the linger, or until max calls wait, if the group is busy.
+func (g *group[In, Out]) lingerIfBusy() {
+	g.mu.Lock()
+	if g.linger <= 0 || !time.Now().Before(g.busy) || len(g.queue) >= g.max {
+		g.mu.Unlock()
+		return
+	}
+	full := make(chan struct{})
+	g.full = full
+	g.mu.Unlock()
+	t := time.NewTimer(g.linger)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-full:
+	}
+	g.mu.Lock()
+	g.full = nil
+	g.mu.Unlock()
+}
+
+// writeQueued makes one write of what is queued, after the linger if the group is busy, the
+// leader's call among it, and hands what
 // queued meanwhile to a goroutine of its own, so that the leader returns as soon as its own write
 // has.
 func (g *group[In, Out]) writeQueued() {
+	g.lingerIfBusy()
 	g.mu.Lock()
 	n := min(len(g.queue), g.max)
 	calls := g.queue[:n:n]
@@ -109,6 +152,9 @@ func (g *group[In, Out]) writeQueued() {
 
 	g.mu.Lock()
 	more := len(g.queue) > 0
+	if len(calls) > 1 || more {
+		g.busy = time.Now().Add(4 * g.linger)
+	}
 	g.writing = more
 	g.mu.Unlock()
 	if more {

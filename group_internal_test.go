@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
@@ -347,4 +348,51 @@ type answer struct {
 	exec *persistence.Execution
 	rev  int64
 	err  error
+}
+
+// A caller alone never lingers, however often it writes; once a write had company, the next
+// lingers until max calls wait. The linger is an hour: a call that lingered for it would outlast
+// the test.
+func TestGroupLingersOnlyWhenBusy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	grp, unblock, sizes := blocked(func(_ context.Context, ins []int) ([]int, error) { return ins, nil })
+	grp.max, grp.linger = 2, time.Hour
+	close(unblock)
+	for i := range 3 {
+		got, err := grp.do(ctx, i)
+		require.NoError(t, err)
+		require.Equal(t, i, got)
+	}
+	require.Equal(t, []int{1, 1, 1}, sizes(), "alone, each call went at once")
+
+	// A write with calls queued behind it: the group is busy. Those are max, and go at once.
+	grp, unblock, sizes = blocked(func(_ context.Context, ins []int) ([]int, error) { return ins, nil })
+	grp.max, grp.linger = 2, time.Hour
+	var wg sync.WaitGroup
+	do := func(i int) {
+		defer wg.Done()
+		got, err := grp.do(ctx, i)
+		assert.NoError(t, err)
+		assert.Equal(t, i, got)
+	}
+	wg.Add(3)
+	go do(0)
+	require.Eventually(t, func() bool { return len(sizes()) == 1 }, 20*time.Second, time.Millisecond)
+	go do(1)
+	go do(2)
+	queued(t, grp, 2)
+	close(unblock)
+	wg.Wait()
+	require.Equal(t, []int{1, 2}, sizes())
+
+	wg.Add(1)
+	go do(3) // it leads, and lingers
+	queued(t, grp, 1)
+	require.Equal(t, []int{1, 2}, sizes(), "the call lingers")
+	wg.Add(1)
+	go do(4) // the second: max calls wait
+	wg.Wait()
+	require.Equal(t, []int{1, 2, 2}, sizes(), "the lingering call and the one that came, together")
 }
