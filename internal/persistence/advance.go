@@ -107,10 +107,7 @@ func (s *Store) committed(ctx context.Context, sts []*execState) {
 		later = later || st.promoteLater
 	}
 	if later {
-		if _, err := s.PromoteDue(ctx); err != nil {
-			// The dispatchers' poll and the sweeper promote what this could not.
-			s.logger.Warn("promoting after a write failed", "error", err)
-		}
+		s.promoteAfterCommit(ctx)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,64 @@ type nodeCount struct {
 	GraphKey string `db:"graph_key"`
 	Node     string `db:"node"`
 	N        int    `db:"n"`
+}
+
+// afterCommits single-flights the promotions that writes make after their commit, when the
+// promotion lock was busy inside it (see Store.promoteAfterCommit).
+type afterCommits struct {
+	token   chan struct{} // held by the write whose pass runs
+	mu      sync.Mutex
+	asked   uint64        // the writes that asked, counted
+	covered uint64        // every write up to this one has had a pass begin after it asked
+	ended   chan struct{} // closed when a pass ends, then replaced
+}
+
+func newAfterCommits() *afterCommits {
+	return &afterCommits{token: make(chan struct{}, 1), ended: make(chan struct{})}
+}
+
+// promoteAfterCommit promotes what the writes committed so far made due, for a write whose
+// promotion found the lock busy. Writes of this store that ask while a pass runs share the next
+// pass, which one of them makes: each waits for at most the pass under way and one more, where
+// they had waited for the lock one after another, each for a pass of its own. In the soak at 300
+// executions/s, up to nine producers' Starts at a time waited there.
+func (s *Store) promoteAfterCommit(ctx context.Context) {
+	p := s.afterCommits
+	p.mu.Lock()
+	p.asked++
+	mine := p.asked
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		done, ended := p.covered >= mine, p.ended
+		p.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case p.token <- struct{}{}:
+			p.mu.Lock()
+			upTo := p.asked // the pass below begins after all of these asked
+			done = p.covered >= mine
+			p.mu.Unlock()
+			if !done {
+				if _, err := s.PromoteDue(ctx); err != nil {
+					// The dispatchers' poll and the sweeper promote what this could not.
+					s.logger.Warn("promoting after a write failed", "error", err)
+				}
+				p.mu.Lock()
+				p.covered = max(p.covered, upTo)
+				close(p.ended)
+				p.ended = make(chan struct{})
+				p.mu.Unlock()
+			}
+			<-p.token
+			return
+		case <-ended: // a pass ended: it may have begun after this write asked
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // PromoteDue makes due PENDING attempts AVAILABLE, outside any execution's transaction: those

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -425,4 +426,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Writes that ask for a promotion after their commit while a pass runs share the next pass: eight
+// that ask behind one pass make one more, not eight.
+func TestPromotionsAfterCommitsShareAPass(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := setup(t, testGraph("after"))
+	s, log, _ := b.tracedStore(t)
+	p := s.afterCommits
+	p.token <- struct{}{} // a pass is under way
+	const writes = 8
+	var wg sync.WaitGroup
+	for range writes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.promoteAfterCommit(ctx)
+		}()
+	}
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.asked == writes
+	}, 20*time.Second, time.Millisecond)
+	<-p.token // the pass under way ends; it began before they asked
+	wg.Wait()
+	passes := 0
+	for _, st := range log.sent {
+		if strings.Contains(st.sql, "c.concurrency_key IS NULL AND c.max_parallel IS NULL") {
+			passes++
+		}
+	}
+	require.Equal(t, 1, passes, "one pass for the eight")
+	require.Equal(t, uint64(writes), p.covered)
 }

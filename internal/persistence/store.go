@@ -172,6 +172,8 @@ type Store struct {
 	abandoning  abandonFailures
 	tracer      trace.Tracer
 	notes       *notes
+	// afterCommits gathers the promotions after the writes' commits (promoteAfterCommit).
+	afterCommits *afterCommits
 	// writeValuesSQL is writeValuesQuery for this schema, numbered for pgx: every write sends it.
 	writeValuesSQL string
 }
@@ -206,6 +208,7 @@ func New(cfg Config) (*Store, error) {
 		routes:      make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
 	s.notes = newNotes(s)
+	s.afterCommits = newAfterCommits()
 	s.writeValuesSQL = dollars(s.q(writeValuesQuery))
 	if s.clock == nil {
 		s.clock = clock.Real{}
