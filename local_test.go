@@ -67,8 +67,14 @@ func (c *claimCounter) started(t *testing.T) {
 // and the replica that holds or held it.
 func availableAt(t *testing.T, schema, id string) (at []*time.Time, replicas []*string) {
 	t.Helper()
+	return nodeAvailableAt(t, schema, id, "y")
+}
+
+// nodeAvailableAt is availableAt of node.
+func nodeAvailableAt(t *testing.T, schema, id, node string) (at []*time.Time, replicas []*string) {
+	t.Helper()
 	rows, err := pgtest.DB(t).QueryContext(testCtx(t), "SELECT available_at, replica_id FROM "+
-		pgx.Identifier{schema, "computations"}.Sanitize()+" WHERE execution_id = $1 AND node = 'y' ORDER BY id", id)
+		pgx.Identifier{schema, "computations"}.Sanitize()+" WHERE execution_id = $1 AND node = $2 ORDER BY id", id, node)
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
@@ -126,6 +132,41 @@ func TestSetHandsItsWorkToTheLocalDispatcher(t *testing.T) {
 	at, _ := availableAt(t, cfg.Schema, ex.ID)
 	require.Equal(t, []*time.Time{nil}, at)
 
+	require.Zero(t, claims.n.Load(), "no claim ran")
+}
+
+// A completion that makes work ready claims it too, as a Set does: along a chain x → y → z,
+// neither y nor z is ever AVAILABLE, and no claim runs.
+func TestCompletionHandsItsWorkToTheLocalDispatcher(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("local-chain", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return in.Int("x") + 1, nil
+		}),
+		graph.Compute("z", graph.Needs("y"), func(ctx context.Context, in graph.Values) (any, error) {
+			return in.Int("y") + 1, nil
+		}),
+	})
+	claims := newClaimCounter()
+	cfg := testConfig(t, g)
+	cfg.PollInterval = 30 * time.Second
+	cfg.ReplicaID = "local-chain-replica"
+	cfg.Test.Hooks = claims.hooks()
+	rt := newRuntime(t, cfg)
+	claims.started(t)
+	ctx := testCtx(t)
+
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 1}))
+	require.NoError(t, err)
+	v, err := rt.Get(ctx, ex.ID, "z", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, int64(3), v.Int())
+	for _, node := range []string{"y", "z"} {
+		at, replicas := nodeAvailableAt(t, cfg.Schema, ex.ID, node)
+		require.Equal(t, []*time.Time{nil}, at, "%s was never AVAILABLE", node)
+		require.Equal(t, cfg.ReplicaID, *replicas[0])
+	}
 	require.Zero(t, claims.n.Load(), "no claim ran")
 }
 

@@ -39,6 +39,9 @@ type execState struct {
 	// caller: the write is a caller's Set or Start, which a concurrency key that cannot be stored
 	// fails (ErrInvalidValue), changing nothing; elsewhere such a key fails its node.
 	caller bool
+	// claims: the write claims for this replica the attempts it makes ready, as far as its
+	// dispatcher has free workers (Store.claimLocally): a caller's Set or Start, or a completion.
+	claims bool
 	// promoteLater: the promotion lock was busy, so promotion runs after the commit instead.
 	promoteLater bool
 	// promoteByCaller: the caller promotes once after many writes (a sweep pass after its

@@ -96,7 +96,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		states = make([]*execState, len(ids))
 		for i, e := range inOrder(rows, ids) {
 			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{},
-				caller: true}
+				caller: true, claims: true}
 			if err := s.advance(ctx, t, st); err != nil {
 				return err
 			}
@@ -348,7 +348,7 @@ func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step
 // setValues records in st the write of set, whose values written holds among others', and
 // advances the execution. It returns the execution's revision afterwards.
 func (s *Store) setValues(ctx context.Context, tx *txn, st *execState, set Setting, written []*valueRow) (int64, error) {
-	st.caller = true
+	st.caller, st.claims = true, true
 	for _, name := range append(slices.Sorted(maps.Keys(set.Set)), set.Unset...) {
 		if err := CheckInput(st.g, name); err != nil {
 			return 0, err

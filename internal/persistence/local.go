@@ -11,10 +11,10 @@ import (
 	"github.com/journey-go/journey/graph"
 )
 
-// Local takes the attempts that a caller's write (Start, Set, Unset) makes AVAILABLE, as far as
-// this replica's dispatcher has free workers: the write inserts them already claimed by this
-// replica, in its own transaction, and hands them over once it has committed. They need no claim,
-// and no NOTIFY, as no other replica may take them. A process that dies between the COMMIT and
+// Local takes the attempts that a caller's write (Start, Set, Unset), or a completion, makes
+// AVAILABLE, as far as this replica's dispatcher has free workers: the write inserts them already
+// claimed by this replica, in its own transaction, and hands them over once it has committed. They
+// need no claim, and no NOTIFY, as no other replica may take them. A process that dies between the COMMIT and
 // the handover leaves them RUNNING under its claim, as a claim would: the sweeper abandons them
 // once their heartbeat deadline passes, or their replica stops heartbeating.
 //
@@ -36,7 +36,7 @@ type Local interface {
 // many as Local has room for: each is then inserted RUNNING, with its claim, by t's claimStep. A
 // claim is a revision of its execution, as Claim's is.
 func (s *Store) claimLocally(t *txn, st *execState) {
-	if s.local == nil || !st.caller || st.exec.ArchivedAt != nil {
+	if s.local == nil || !st.claims || st.exec.ArchivedAt != nil {
 		return
 	}
 	var ready []*Computation

@@ -67,6 +67,7 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		var sts []*execState
 		for _, st := range loaded {
 			if _, ok := byID[st.exec.ID]; ok {
+				st.claims = true
 				byID[st.exec.ID] = st
 				sts = append(sts, st)
 			}
