@@ -341,6 +341,41 @@ func TestPromotionReadsWhatItPromotes(t *testing.T) {
 	}
 }
 
+// A promotion reads what it promotes even on statistics made when few attempts waited. Its UPDATE
+// had a state in its WHERE, and its plan then read the attempts it promotes through
+// computations_pending_idx: every attempt that waits, 2,990 of 3,000.
+func TestPromotionReadsWhatItPromotesOnStaleStatistics(t *testing.T) {
+	t.Parallel()
+	g := keyedGraph("stale")
+	b := setup(t, g)
+	ctx := context.Background()
+	add := func(state string, from, to int) {
+		b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version)
+			SELECT 'p-' || g, 'stale', 'v1' FROM generate_series(?::int, ?::int) g`, from, to)
+		b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
+				abandon_after_ms, heartbeat_timeout_ms, concurrency_key, created_at)
+			SELECT 'p-' || g, 'stale@v1', 'job', ?, 1, 2, now() - interval '1 hour' + g * interval '1 ms',
+				60000, 30000, 'k' || g % 10, now() FROM generate_series(?::int, ?::int) g`, state, from, to)
+	}
+	// Statistics of a table where few attempts wait among many finished; then many wait.
+	add("SUCCESS", 1, 5000)
+	add("PENDING", 5001, 5010)
+	b.exec(t, `ANALYZE {s}.executions, {s}.computations`)
+	add("PENDING", 5011, 8000)
+
+	s, log, _ := b.tracedStore(t)
+	promoted, err := s.PromoteDue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, promoted, "the oldest of each key")
+	statements := log.take()
+	require.NotEmpty(t, statements)
+	conn := planner(t, PlanSettings)
+	for _, st := range statements {
+		raw, plan := explainAnalyze(ctx, t, conn, st)
+		require.LessOrEqual(t, plan.rowsRead("computations"), 100.0, "a statement of the promotion reads what waits:\n%s\n%s", st.sql, raw)
+	}
+}
+
 // explainAnalyze runs st with EXPLAIN ANALYZE, as explain plans it, in a transaction that it
 // rolls back, and returns its plan, in JSON and read.
 func explainAnalyze(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) (string, planNode) {

