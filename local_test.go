@@ -63,6 +63,21 @@ func (c *claimCounter) started(t *testing.T) {
 	}
 }
 
+// claimCountingRuntime returns a runtime serving g, with its config, once its dispatcher's first
+// claim has ended, and the counter of its claims after that. Its poll, 30s, is far off: a claim
+// that runs was started by a NOTIFY of work.
+func claimCountingRuntime(t *testing.T, g *graph.Graph) (*journey.Runtime, journey.Config, *claimCounter) {
+	t.Helper()
+	claims := newClaimCounter()
+	cfg := testConfig(t, g)
+	cfg.PollInterval = 30 * time.Second
+	cfg.ReplicaID = g.Name() + "-replica"
+	cfg.Test.Hooks = claims.hooks()
+	rt := newRuntime(t, cfg)
+	claims.started(t)
+	return rt, cfg, claims
+}
+
 // availableAt reads when each attempt of node y of execution id became AVAILABLE (nil: never),
 // and the replica that holds or held it.
 func availableAt(t *testing.T, schema, id string) (at []*time.Time, replicas []*string) {
@@ -93,13 +108,7 @@ func nodeAvailableAt(t *testing.T, schema, id, node string) (at []*time.Time, re
 func TestSetHandsItsWorkToTheLocalDispatcher(t *testing.T) {
 	t.Parallel()
 	g := localGraph("local-set")
-	claims := newClaimCounter()
-	cfg := testConfig(t, g)
-	cfg.PollInterval = 30 * time.Second
-	cfg.ReplicaID = "local-set-replica"
-	cfg.Test.Hooks = claims.hooks()
-	rt := newRuntime(t, cfg)
-	claims.started(t)
+	rt, cfg, claims := claimCountingRuntime(t, g)
 	ctx := testCtx(t)
 
 	for i := range 3 {
@@ -148,13 +157,7 @@ func TestCompletionHandsItsWorkToTheLocalDispatcher(t *testing.T) {
 			return in.Int("y") + 1, nil
 		}),
 	})
-	claims := newClaimCounter()
-	cfg := testConfig(t, g)
-	cfg.PollInterval = 30 * time.Second
-	cfg.ReplicaID = "local-chain-replica"
-	cfg.Test.Hooks = claims.hooks()
-	rt := newRuntime(t, cfg)
-	claims.started(t)
+	rt, cfg, claims := claimCountingRuntime(t, g)
 	ctx := testCtx(t)
 
 	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 1}))
