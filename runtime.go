@@ -336,6 +336,13 @@ func (r *Runtime) stop(ctx context.Context) error {
 	// With attempts left RUNNING, the row stays, and goes stale as a crashed replica's would:
 	// without it, another replica would take them over at once.
 	if returned {
+		// Claims left RUNNING now are claims that no attempt took up: the stop ended their claim
+		// or write before its answer came back, though the database committed it.
+		if n, err := r.store.ReleaseReplica(dctx, r.cfg.ReplicaID); err != nil {
+			errs = append(errs, err)
+		} else if n > 0 {
+			r.logger.Info("released the claims that the stop interrupted", "count", n)
+		}
 		if err := r.store.DeleteReplica(dctx, r.cfg.ReplicaID); err != nil {
 			errs = append(errs, err)
 		}

@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/internal/pgtest"
 )
 
 // promptly bounds a Stop whose ctx has ended: far below the 10s that a busy dispatcher made it
@@ -150,6 +152,42 @@ func TestStopLeavesADeafFunctionToItsHeartbeatDeadline(t *testing.T) {
 	require.False(t, got[0].FinishedAt.Before(*got[0].HeartbeatDeadline), "taken over only once its heartbeat deadline had passed")
 	require.Equal(t, journey.StateSuccess, got[1].State)
 	require.Equal(t, "taking-over", got[1].ReplicaID)
+}
+
+// A claim that the database committed but whose answer never reached the replica, because the
+// stop ended it, is released by the stop: no attempt of the replica took it up. It waited for the
+// sweeper before, which abandoned it, and its retry used up an attempt (journey bench's setup
+// replica, in 6 to 8 runs of 20 of -graph gated -n 20).
+func TestStopReleasesTheClaimsThatNoAttemptTookUp(t *testing.T) {
+	t.Parallel()
+	g := localGraph("unanswered")
+	cfg := testConfig(t, g)
+	cfg.ReplicaID = "unanswered-replica"
+	rt, err := journey.New(context.Background(), cfg)
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 1}))
+	require.NoError(t, err)
+	_, err = rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+	require.NoError(t, err)
+	// The unanswered claim: a second attempt of y, RUNNING under the replica's claim.
+	computations := pgx.Identifier{cfg.Schema, "computations"}.Sanitize()
+	var id int64
+	require.NoError(t, pgtest.DB(t).QueryRowContext(ctx, `INSERT INTO `+computations+`
+			(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
+			 heartbeat_timeout_ms, computed_with, replica_id, claim_token, claimed_at, deadline, heartbeat_deadline)
+		SELECT execution_id, graph_key, node, 'RUNNING', 2, max_attempts, now(), abandon_after_ms,
+			heartbeat_timeout_ms, computed_with, $2, gen_random_uuid(), now(), now() + interval '1 hour',
+			now() + interval '1 hour'
+		FROM `+computations+` WHERE execution_id = $1 AND node = 'y'
+		RETURNING id`, ex.ID, cfg.ReplicaID).Scan(&id))
+
+	require.NoError(t, rt.Stop(stopCtx(t)))
+	got := attempts(t, observer(t, cfg.Schema), ex.ID, "y")
+	require.Len(t, got, 2)
+	require.Equal(t, id, got[1].ID)
+	require.Equal(t, journey.StateAvailable, got[1].State, "released for another replica")
+	require.Equal(t, 2, got[1].Attempt, "the release consumed no attempt")
 }
 
 // observer starts a replica of another graph on schema, which reads the executions there and

@@ -355,8 +355,8 @@ type promotionStats struct {
 const (
 	promoteChooseSQL = `WITH RECURSIVE oldest AS ( (SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM %`
 	promoteCountSQL  = `SELECT graph_key, node, count(*) AS n FROM % WHERE state IN (%) AND max_parallel IS NOT NULL GROUP BY graph_key, node`
-	promoteUpdateSQL = `UPDATE %.computations SET state = $%, available_at = $% WHERE id IN (SELECT id FROM %.computations ` +
-		`WHERE id = ANY($%::bigint[]) AND state = $% FOR UPDATE SKIP LOCKED) RETURNING id`
+	promoteUpdateSQL = `UPDATE %.computations c SET state = $%, available_at = $% FROM (SELECT id, state FROM %.computations ` +
+		`WHERE id = ANY($%::bigint[]) OFFSET $% FOR UPDATE SKIP LOCKED) l WHERE c.id = l.id AND l.state = $% RETURNING c.id`
 )
 
 // promotions reads the gated attempts of the schema and, when pg_stat_statements can be read,
@@ -372,15 +372,22 @@ func (m *monitor) promotions(ctx context.Context, schema string) (promotionStats
 	if m.stats == "" {
 		return s, nil
 	}
+	var updates int64
 	err = m.queryRow(ctx, `SELECT coalesce(sum(calls) FILTER (WHERE q LIKE $3), 0)::bigint,
 			coalesce(sum(total_exec_time + total_plan_time), 0)::float8,
-			coalesce(max(max_exec_time) FILTER (WHERE q LIKE $3), 0)::float8
+			coalesce(max(max_exec_time) FILTER (WHERE q LIKE $3), 0)::float8,
+			coalesce(sum(calls) FILTER (WHERE q LIKE $5), 0)::bigint
 		FROM (SELECT *, regexp_replace(query, '\s+', ' ', 'g') AS q FROM `+m.stats+`.pg_stat_statements WHERE dbid = $1) s
 		WHERE strpos(q, $2) > 0 AND (q LIKE $3 OR q LIKE $4 OR q LIKE $5)`,
 		[]any{m.dbid, quoted + ".computations", promoteChooseSQL, promoteCountSQL, promoteUpdateSQL},
-		&s.passes, &s.passMs, &s.chooseMaxMs)
+		&s.passes, &s.passMs, &s.chooseMaxMs, &updates)
 	if err != nil {
 		return s, fmt.Errorf("reading the promotion statements from pg_stat_statements: %w", err)
+	}
+	if s.passes > 0 && updates == 0 {
+		// Passes chose attempts, and no UPDATE of them matched: promoteUpdateSQL no longer
+		// follows the promotion's SQL, and the pass time would leave it out.
+		s.passes = -1
 	}
 	return s, nil
 }

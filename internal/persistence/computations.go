@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -428,15 +429,30 @@ func (s *Store) Release(ctx context.Context, replicaID string, refs []ClaimRef) 
 	for i, r := range refs {
 		ids[i], tokens[i] = r.ID, r.Token
 	}
+	return s.release(ctx, replicaID, `FROM unnest(?::bigint[], ?::uuid[]) AS r(id, token)
+		WHERE c.id = r.id AND c.claim_token = r.token AND`, pgdialect.Array(ids), pgdialect.Array(tokens))
+}
+
+// ReleaseReplica hands every claim that replicaID holds back to AVAILABLE, as Release does, once
+// none of its functions runs any more: at a stop, those left are claims that no attempt of the
+// replica took up, because the stop ended the claim or the write that made them before its
+// answer came back, although the database had committed them. Without it, they waited for the
+// sweeper, which abandoned them, and their retry used up an attempt.
+func (s *Store) ReleaseReplica(ctx context.Context, replicaID string) (int, error) {
+	return s.release(ctx, replicaID, "WHERE")
+}
+
+// release releases the RUNNING attempts of replicaID that from, a FROM and WHERE with args ending
+// in a conjunction, chooses.
+func (s *Store) release(ctx context.Context, replicaID, from string, args ...any) (int, error) {
 	var released []int64
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		err := tx.NewRaw(s.q(`UPDATE {s}.computations c
 			SET state = 'AVAILABLE', replica_id = NULL, claim_token = NULL, claimed_at = NULL,
 				deadline = NULL, heartbeat_deadline = NULL, last_heartbeat_at = NULL,
 				available_at = coalesce(?::timestamptz, now())
-			FROM unnest(?::bigint[], ?::uuid[]) AS r(id, token)
-			WHERE c.id = r.id AND c.claim_token = r.token AND c.state = 'RUNNING' AND c.replica_id = ?
-			RETURNING c.id`), s.clock.NowOrNil(), pgdialect.Array(ids), pgdialect.Array(tokens), replicaID).Scan(ctx, &released)
+			`+from+` c.state = 'RUNNING' AND c.replica_id = ?
+			RETURNING c.id`), slices.Concat([]any{s.clock.NowOrNil()}, args, []any{replicaID})...).Scan(ctx, &released)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("releasing computations of replica %s: %w", replicaID, err)
 		}
