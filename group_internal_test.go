@@ -20,8 +20,17 @@ import (
 // testRuntime returns a runtime serving g, stopped when the test ends.
 func testRuntime(t *testing.T, g *graph.Graph) *Runtime {
 	t.Helper()
-	rt, err := New(context.Background(), Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t),
-		Graphs: []*graph.Graph{g}, Logger: slog.New(slog.DiscardHandler)})
+	return startRuntime(t, Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t), Graphs: []*graph.Graph{g}})
+}
+
+// startRuntime starts a runtime with cfg, logging nowhere unless cfg says, stopped when the test
+// ends.
+func startRuntime(t *testing.T, cfg Config) *Runtime {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	rt, err := New(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

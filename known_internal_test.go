@@ -2,7 +2,6 @@ package journey
 
 import (
 	"context"
-	"log/slog"
 	"math"
 	"testing"
 	"time"
@@ -116,28 +115,12 @@ func TestGetAfterItsReplicasSetDoesNotLook(t *testing.T) {
 	g := graph.MustNew("no-look", "v1", []graph.Node{
 		graph.Input("x"),
 		graph.Input("w"),
-		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
-			select {
-			case <-release:
-				return in.Int("x") + 1, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}),
+		graph.Compute("y", graph.Needs("x"), xPlusOneOnceReleased(release)),
 	})
 	schema := pgtest.Schema(t)
 	newRT := func() *Runtime {
-		rt, err := New(context.Background(), Config{
-			DatabaseURL: pgtest.URL(t), Schema: schema, Graphs: []*graph.Graph{g},
-			PollInterval: 30 * time.Second, SweepInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			require.NoError(t, rt.Stop(ctx))
-		})
-		return rt
+		return startRuntime(t, Config{DatabaseURL: pgtest.URL(t), Schema: schema, Graphs: []*graph.Graph{g},
+			PollInterval: 30 * time.Second, SweepInterval: 50 * time.Millisecond})
 	}
 	a, b := newRT(), newRT()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

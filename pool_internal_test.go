@@ -2,7 +2,6 @@ package journey
 
 import (
 	"context"
-	"log/slog"
 	"net/url"
 	"testing"
 	"time"
@@ -21,33 +20,20 @@ func TestOutcomesAreRecordedWhileThePoolIsFull(t *testing.T) {
 	release := make(chan struct{})
 	g := graph.MustNew("full-pool", "v1", []graph.Node{
 		graph.Input("x"),
-		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
-			select {
-			case <-release:
-				return in.Int("x") + 1, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}),
+		graph.Compute("y", graph.Needs("x"), xPlusOneOnceReleased(release)),
 	})
 	u, err := url.Parse(pgtest.URL(t))
 	require.NoError(t, err)
 	q := u.Query()
 	q.Set("pool_max_conns", "2")
 	u.RawQuery = q.Encode()
-	rt, err := New(context.Background(), Config{
-		DatabaseURL: u.String(), Schema: pgtest.Schema(t), Graphs: []*graph.Graph{g},
-		PollInterval: 30 * time.Second, SweepInterval: time.Minute, Logger: slog.New(slog.DiscardHandler),
-	})
-	require.NoError(t, err)
+	rt := startRuntime(t, Config{DatabaseURL: u.String(), Schema: pgtest.Schema(t), Graphs: []*graph.Graph{g},
+		PollInterval: 30 * time.Second, SweepInterval: time.Minute})
 	var held []*pgxpool.Conn
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before the Stop: cleanups run last first
 		for _, c := range held {
 			c.Release()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		require.NoError(t, rt.Stop(ctx))
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -38,9 +38,7 @@ func TestStopWaitsForTheWorkASetClaimedForItsReplica(t *testing.T) {
 			return nil
 		}
 		close(inHook)
-		for !rt.local.Closed() {
-			time.Sleep(time.Millisecond)
-		}
+		<-rt.local.Closed()
 		return nil
 	}
 	var err error

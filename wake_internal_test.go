@@ -16,6 +16,19 @@ import (
 	"github.com/journey-go/journey/internal/pgtest"
 )
 
+// xPlusOneOnceReleased is a compute function that returns x + 1 once release is closed, or its
+// context's error if that ends first.
+func xPlusOneOnceReleased(release <-chan struct{}) graph.ComputeFunc {
+	return func(ctx context.Context, in graph.Values) (any, error) {
+		select {
+		case <-release:
+			return in.Int("x") + 1, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // A write whose COMMIT the server accepted, while the client saw an error, still wakes the Get
 // waiting on its change: the listener dropped the change's NOTIFY, as the write was to hand the
 // value over itself. The Get must not be left to its poll, here 30s.
@@ -24,14 +37,7 @@ func TestWaitingGetWokenWhenTheCommitsOutcomeIsUnknown(t *testing.T) {
 	release := make(chan struct{})
 	g := graph.MustNew("unsure", "v1", []graph.Node{
 		graph.Input("x"),
-		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
-			select {
-			case <-release:
-				return in.Int("x") + 1, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}),
+		graph.Compute("y", graph.Needs("x"), xPlusOneOnceReleased(release)),
 	})
 	var rt *Runtime
 	var target atomic.Pointer[string] // the execution whose next commit fails

@@ -14,6 +14,7 @@ type Local struct {
 	replicaID string
 	mu        sync.Mutex
 	closed    bool
+	done      chan struct{} // closed by Close
 	free      int // the workers the writes may reserve, as the dispatcher last published them
 	reserved  int // the reservations that the dispatcher has not settled yet
 	send      func(localWork)
@@ -32,7 +33,7 @@ type localWork struct {
 
 // NewLocal returns the Local of replica replicaID. It reserves nothing until a dispatcher
 // configured with it has started.
-func NewLocal(replicaID string) *Local { return &Local{replicaID: replicaID} }
+func NewLocal(replicaID string) *Local { return &Local{replicaID: replicaID, done: make(chan struct{})} }
 
 // ReplicaID implements persistence.Local.
 func (l *Local) ReplicaID() string { return l.replicaID }
@@ -80,15 +81,14 @@ func (l *Local) deliver(w localWork) {
 func (l *Local) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.closed = true
+	if !l.closed {
+		l.closed = true
+		close(l.done)
+	}
 }
 
-// Closed reports whether Close was called.
-func (l *Local) Closed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
+// Closed is closed once Close has been called.
+func (l *Local) Closed() <-chan struct{} { return l.done }
 
 // attach is called by the dispatcher as it starts, with what sends it a message, and its count
 // of running attempts.
