@@ -15,8 +15,8 @@ type Local struct {
 	mu        sync.Mutex
 	closed    bool
 	done      chan struct{} // closed by Close
-	free      int // the workers the writes may reserve, as the dispatcher last published them
-	reserved  int // the reservations that the dispatcher has not settled yet
+	free      int           // the workers the writes may reserve, as the dispatcher last published them
+	reserved  int           // the reservations that the dispatcher has not settled yet
 	send      func(localWork)
 	// running is the dispatcher's count of the claimed attempts whose goroutine has not ended,
 	// which a stop waits for: each reservation counts in it from Reserve, before Close, until it
@@ -33,7 +33,9 @@ type localWork struct {
 
 // NewLocal returns the Local of replica replicaID. It reserves nothing until a dispatcher
 // configured with it has started.
-func NewLocal(replicaID string) *Local { return &Local{replicaID: replicaID, done: make(chan struct{})} }
+func NewLocal(replicaID string) *Local {
+	return &Local{replicaID: replicaID, done: make(chan struct{})}
+}
 
 // ReplicaID implements persistence.Local.
 func (l *Local) ReplicaID() string { return l.replicaID }
