@@ -76,7 +76,8 @@ func NewClaimGate() *ClaimGate {
 	return &ClaimGate{ctx: ctx, cancel: cancel}
 }
 
-// Close cancels the claim in flight, if any, waits for it to end, and lets no other start.
+// Close cancels what waits to claim, and the promotions, waits for a claim in flight to end, and
+// lets no other start.
 func (g *ClaimGate) Close() {
 	g.cancel()
 	g.mu.Lock()
@@ -266,8 +267,15 @@ func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 		if h := d.cfg.Hooks.Claiming; h != nil {
 			h(cctx)
 		}
+		if cctx.Err() != nil {
+			return // the gate closed before the claim went out
+		}
+		// Once sent, the claim runs to its end, which Close waits for: canceled, it might still
+		// commit on the server, and leave claimed attempts that no actor here releases.
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(cctx), claimTimeout)
+		defer scancel()
 		var err error
-		if claimed, err = d.cfg.Store.Claim(cctx, d.cfg.ReplicaID, free); err != nil {
+		if claimed, err = d.cfg.Store.Claim(sctx, d.cfg.ReplicaID, free); err != nil {
 			if gctx.Err() == nil { // not a stop
 				d.logger.Warn("claiming failed", "error", err)
 			}
