@@ -57,7 +57,8 @@ statements_per_computation and transactions_per_computation count everything the
 and producers sent, from pg_stat_statements (when shared_preload_libraries loads it; else
 n/a) and pg_stat_database, over the run, per computation finished. They are n/a when other
 sessions use the database, since their work would be counted: give bench a database of its
-own. heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
+own. row_writes_per_execution is the rows inserted, updated and deleted in bench's schema
+(pg_stat_user_tables), from the first Start to the end, per execution started. heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
 heartbeat interval (-heartbeat), over the measured time: with -hold, which keeps up to -workers
 computations running at once on each replica, it shows what their heartbeats cost, e.g.
 
@@ -313,6 +314,7 @@ type benchmark struct {
 	progressed   chan struct{} // a signal after each save, or end of an open-loop execution
 	measured     *graph.Graph  // the graph of the measured replicas
 	started      atomic.Int64  // executions whose input is set
+	rowsBase     int64         // the schema's row writes before the first measured execution started
 	ids          idList        // their ids
 	inputs       atomic.Int64  // the last input given (see input)
 	// The measured computations running at once in this process, and the most seen.
@@ -333,6 +335,7 @@ type benchResult struct {
 	failed, unfinished       int64
 	statements, transactions int64 // -1 when not known
 	heartbeats               int64 // the replicas' heartbeat UPDATEs; -1 when not known
+	rowWrites                int64 // rows inserted, updated and deleted in the schema, from the first Start on
 	topStatements            []statementCalls
 	// -graph gated: its promotions at the start and the end of the measured time, and the most
 	// computations seen running at once.
@@ -361,10 +364,14 @@ func (r benchResult) line(cfg benchConfig) string {
 	if intervals := r.elapsed.Seconds() / cfg.heartbeatInterval().Seconds(); r.heartbeats >= 0 && intervals > 0 {
 		beats = fmt.Sprintf("%.2f", float64(r.heartbeats)/float64(cfg.replicas)/intervals)
 	}
+	writes := na
+	if r.executions > 0 {
+		writes = fmt.Sprintf("%.2f", float64(r.rowWrites)/float64(r.executions))
+	}
 	return fmt.Sprintf("bench: mode=%s graph=%s computations/s=%s p50_ms=%s p99_ms=%s statements_per_computation=%s "+
-		"transactions_per_computation=%s replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
+		"transactions_per_computation=%s row_writes_per_execution=%s replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
 		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d heartbeat_statements_per_interval=%s",
-		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions),
+		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions), writes,
 		cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
 		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats) + r.gatedFields(cfg)
 }
@@ -486,6 +493,10 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 		return res, err
 	}
 	res.statements, res.transactions, res.heartbeats = end.statementsSince(base), end.transactionsSince(base), end.heartbeatsSince(base)
+	if res.rowWrites, err = db.rowWrites(ctx, b.cfg.schema); err != nil {
+		return res, err
+	}
+	res.rowWrites -= b.rowsBase
 	if others := max(base.others, end.others); others > 0 {
 		fmt.Fprintf(b.env.stdout, "bench: statements and transactions are n/a: %d other session(s) use database %s, "+
 			"and their work would be counted; run bench on a database of its own\n", others, db.describe())
@@ -556,6 +567,9 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 		}
 		fmt.Fprintf(b.env.stdout, "bench: inserted %d finished executions in %s\n",
 			b.cfg.finishedRows, time.Since(began).Round(time.Millisecond))
+	}
+	if b.rowsBase, err = b.db.rowWrites(ctx, b.cfg.schema); err != nil {
+		return err
 	}
 	ready := b.cfg.n
 	switch {

@@ -20,7 +20,7 @@ import (
 // finalLine is the shape of journey bench's last line: the keys in this order, numbers or n/a,
 // and those of -graph gated after them.
 var finalLine = regexp.MustCompile(`^bench: mode=\S+ graph=\S+ computations/s=\S+ p50_ms=\S+ p99_ms=\S+ ` +
-	`statements_per_computation=\S+ transactions_per_computation=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
+	`statements_per_computation=\S+ transactions_per_computation=\S+ row_writes_per_execution=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
 	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+` +
 	`( keys=\d+ max_parallel=\d+ promotions_per_s=\S+ promote_passes=\S+ promote_pass_ms=\S+ promote_choose_ms_max=\S+ ` +
 	`pending_start=\d+ pending_end=\d+ max_running=\d+)?$`)
@@ -104,6 +104,9 @@ func TestBenchModes(t *testing.T) {
 			if fields["transactions_per_computation"] != "n/a" {
 				require.Positive(t, number(t, fields, "transactions_per_computation"))
 			}
+			// Each execution writes at least its row and its input's value, and each computation its
+			// attempt and its value.
+			require.GreaterOrEqual(t, number(t, fields, "row_writes_per_execution"), 2+2*float64(tc.perExecution))
 			if tc.shape == "gated" {
 				// Its backlog was made ready before D: it waited from the start, gated.
 				require.Equal(t, "50", fields["backlog_start"])

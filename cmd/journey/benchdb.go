@@ -216,6 +216,20 @@ func (m *monitor) snapshot(ctx context.Context, reset bool) (benchStats, error) 
 	return s, nil
 }
 
+// rowWrites returns the rows inserted, updated and deleted in the tables of schema, as
+// pg_stat_user_tables counts them. A session reports its writes when it ends, or when idle, at
+// most once a second: the count leaves out what live sessions have not reported yet.
+func (m *monitor) rowWrites(ctx context.Context, schema string) (int64, error) {
+	_ = m.exec(ctx, "SELECT pg_stat_force_next_flush()") // this session's, for what it inserted
+	var n int64
+	err := m.queryRow(ctx, `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
+		FROM pg_stat_user_tables WHERE schemaname = $1`, []any{schema}, &n)
+	if err != nil {
+		return 0, fmt.Errorf("reading pg_stat_user_tables: %w", err)
+	}
+	return n, nil
+}
+
 // statementsSince is the number of statements run between the snapshots, or -1.
 func (s benchStats) statementsSince(base benchStats) int64 {
 	if s.calls < 0 || base.calls < 0 {
