@@ -431,3 +431,44 @@ func TestRetryGivesAFreshBudget(t *testing.T) {
 	require.Equal(t, "y", hist[1].Node)
 	require.JSONEq(t, `"fixed"`, string(hist[1].Value))
 }
+
+// History lists every change of every value, oldest first: the values replaced and cleared, the
+// clearings, and the values that stand, each at its revision.
+func TestHistoryListsEveryChange(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("history", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			return in.Int("x") + 1, nil
+		}),
+	})
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+	setAndWait := func(x int) {
+		rev, err := rt.Set(ctx, ex.ID, "x", x)
+		require.NoError(t, err)
+		_, err = rt.Get(ctx, ex.ID, "y", journey.WaitNewerThan(rev))
+		require.NoError(t, err)
+	}
+	setAndWait(1)
+	setAndWait(2)
+	_, err = rt.Unset(ctx, ex.ID, "x")
+	require.NoError(t, err)
+	setAndWait(3)
+
+	hist, err := rt.History(ctx, ex.ID)
+	require.NoError(t, err)
+	var got []string
+	for i, h := range hist {
+		got = append(got, h.Node+"="+string(h.Value))
+		if i > 0 {
+			require.Greater(t, h.Revision, hist[i-1].Revision, "oldest first")
+		}
+	}
+	require.Equal(t, []string{"x=1", "y=2", "x=2", "y=3", "x=", "y=", "x=3", "y=4"}, got)
+	vals, err := rt.Values(ctx, ex.ID)
+	require.NoError(t, err)
+	require.Equal(t, vals["y"].Revision, hist[len(hist)-1].Revision, "the last entry is the value that stands")
+}

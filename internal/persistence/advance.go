@@ -223,21 +223,24 @@ func (w *valueWrites) add(id, node string, raw, meta json.RawMessage, rev int64)
 }
 
 // writeValuesQuery writes values, at most one per execution and node, in one statement, each
-// unless it equals the stored one, and records the changes in the history in the same statement.
-// It returns the rows that changed. A revision of 0 is the execution's revision plus one: the
-// writer holds the execution's row, and writes back that revision.
+// unless it equals the stored one, and moves each value it replaces to the history, with its place
+// there (history_id). It returns the rows that changed. A revision of 0 is the execution's
+// revision plus one: the writer holds the execution's row, and writes back that revision.
 const writeValuesQuery = `WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::text[], ?::bigint[])
 			WITH ORDINALITY AS i(execution_id, node, value, metadata, revision, ord)),
+	old AS (SELECT v.* FROM {s}."values" v JOIN i ON v.execution_id = i.execution_id AND v.node = i.node),
 	v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
 		SELECT i.execution_id, i.node, i.value, nullif(i.metadata, '')::jsonb,
 			coalesce(nullif(i.revision, 0), e.revision + 1), coalesce(?::timestamptz, now())
 		FROM i JOIN {s}.executions e ON e.id = i.execution_id ORDER BY i.ord
 		ON CONFLICT (execution_id, node) DO UPDATE
-		SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at
+		SET value = excluded.value, metadata = excluded.metadata, revision = excluded.revision, set_at = excluded.set_at,
+			history_id = excluded.history_id
 		WHERE v.value IS DISTINCT FROM excluded.value OR v.metadata IS DISTINCT FROM excluded.metadata
 		RETURNING execution_id, node, value, metadata, revision, set_at),
-	h AS (INSERT INTO {s}.value_history (execution_id, node, value, metadata, revision, changed_at)
-		SELECT * FROM v)
+	h AS (INSERT INTO {s}.value_history (id, execution_id, node, value, metadata, revision, changed_at)
+		SELECT old.history_id, old.execution_id, old.node, old.value, old.metadata, old.revision, old.set_at
+		FROM old JOIN v ON v.execution_id = old.execution_id AND v.node = old.node)
 	SELECT * FROM v`
 
 // writeValues runs writeValuesQuery in t: it writes w at time now.
@@ -262,9 +265,12 @@ func (st *execState) recordSave(node string, v graph.Value) {
 	}
 }
 
-// deleteValue clears a node's value, and records the clearing in the history.
+// deleteValue clears a node's value: it moves the value to the history, and records the
+// clearing there after it.
 func (s *Store) deleteValue(ctx context.Context, tx *txn, st *execState, node string) error {
-	_, err := tx.NewRaw(s.q(`WITH d AS (DELETE FROM {s}."values" WHERE execution_id = ? AND node = ? RETURNING execution_id, node)
+	_, err := tx.NewRaw(s.q(`WITH d AS (DELETE FROM {s}."values" WHERE execution_id = ? AND node = ? RETURNING *),
+		moved AS (INSERT INTO {s}.value_history (id, execution_id, node, value, metadata, revision, changed_at)
+			SELECT history_id, execution_id, node, value, metadata, revision, set_at FROM d)
 		INSERT INTO {s}.value_history (execution_id, node, revision, changed_at) SELECT execution_id, node, ?, ? FROM d`),
 		st.exec.ID, node, st.revision, st.now).Exec(ctx)
 	if err != nil {

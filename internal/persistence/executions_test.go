@@ -32,10 +32,16 @@ func (b *bundle) startState(t *testing.T, id string) startState {
 	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node || '=' || value::text || '@' || revision || ' ' || coalesce(metadata::text, '-')
 		FROM {s}."values" WHERE execution_id = ? ORDER BY node`), id).Scan(ctx, &lines))
 	st.Values = lines
+	changes, err := b.store.History(ctx, id)
+	require.NoError(t, err)
+	for _, c := range changes {
+		v := "-"
+		if c.Value != nil {
+			v = string(c.Value)
+		}
+		st.History = append(st.History, fmt.Sprintf("%s=%s@%d", c.Node, v, c.Revision))
+	}
 	lines = nil
-	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node || '=' || coalesce(value::text, '-') || '@' || revision
-		FROM {s}.value_history WHERE execution_id = ? ORDER BY id`), id).Scan(ctx, &lines))
-	st.History = lines
 	lines = nil
 	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT concat_ws(' ', node, state, attempt, computed_with::text, concurrency_key, max_parallel, error)
 		FROM {s}.computations WHERE execution_id = ? ORDER BY node, id`), id).Scan(ctx, &lines))

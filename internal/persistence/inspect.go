@@ -378,7 +378,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 		{"values", `SELECT node, value, metadata, revision, set_at FROM {s}."values" WHERE execution_id = ? ORDER BY node`, &d.Values},
 		{"attempts", `SELECT id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error, created_at
 			FROM {s}.computations WHERE execution_id = ? ORDER BY id`, &d.Attempts},
-		{"history", `SELECT node, value, metadata, revision, changed_at FROM {s}.value_history WHERE execution_id = ? ORDER BY id`, &d.History},
+		{"history", historyQuery, &d.History},
 		{"requests", `SELECT * FROM {s}.requests WHERE execution_id = ? ORDER BY id`, &d.Requests},
 	}
 	for _, r := range reads {

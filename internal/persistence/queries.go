@@ -123,14 +123,23 @@ type Change struct {
 	At       time.Time       `bun:"changed_at" json:"at"`
 }
 
+// historyQuery lists the changes of the values of an execution (?), oldest first: the values
+// replaced or cleared, and the clearings, in value_history, and the current values in "values",
+// each at its place in the history.
+const historyQuery = `WITH x AS (SELECT ?::text AS id)
+	SELECT node, value, metadata, revision, changed_at FROM (
+		SELECT h.id, h.node, h.value, h.metadata, h.revision, h.changed_at FROM {s}.value_history h, x WHERE h.execution_id = x.id
+		UNION ALL
+		SELECT v.history_id, v.node, v.value, v.metadata, v.revision, v.set_at FROM {s}."values" v, x WHERE v.execution_id = x.id
+	) changes ORDER BY id`
+
 // History lists every change of every value of an execution, oldest first.
 func (s *Store) History(ctx context.Context, id string) ([]Change, error) {
 	if _, err := s.LoadExecution(ctx, id); err != nil {
 		return nil, err
 	}
 	var out []Change
-	err := s.db.NewRaw(s.q(`SELECT node, value, metadata, revision, changed_at FROM {s}.value_history
-		WHERE execution_id = ? ORDER BY id`), id).Scan(ctx, &out)
+	err := s.db.NewRaw(s.q(historyQuery), id).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("reading the history of %s: %w", id, err)
 	}

@@ -329,8 +329,8 @@ func TestRecordAFanOutInOneBatch(t *testing.T) {
 		Node     string `bun:"node"`
 		Revision int64  `bun:"revision"`
 	}
-	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node, revision FROM {s}.value_history
-		WHERE execution_id = ? AND node <> 'x' ORDER BY revision`), id).Scan(ctx, &history))
+	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node, revision FROM (`+historyQuery+`) h
+		WHERE node <> 'x' ORDER BY revision`), id).Scan(ctx, &history))
 	require.Len(t, history, 10, "each value is in the history")
 	for i, c := range claimed {
 		rev := before.Revision + int64(i) + 1
