@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"os/signal"
@@ -58,7 +59,8 @@ and producers sent, from pg_stat_statements (when shared_preload_libraries loads
 n/a) and pg_stat_database, over the run, per computation finished. They are n/a when other
 sessions use the database, since their work would be counted: give bench a database of its
 own. row_writes_per_execution is the rows inserted, updated and deleted in bench's schema
-(pg_stat_user_tables), from the first Start to the end, per execution started. heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
+(pg_stat_user_tables), from the first Start to the end, per execution started; a line before
+the final one gives them by table, with the updates that were HOT (wrote no index entry). heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
 heartbeat interval (-heartbeat), over the measured time: with -hold, which keeps up to -workers
 computations running at once on each replica, it shows what their heartbeats cost, e.g.
 
@@ -314,11 +316,12 @@ type benchmark struct {
 	progressed   chan struct{} // a signal after each save, or end of an open-loop execution
 	measured     *graph.Graph  // the graph of the measured replicas
 	started      atomic.Int64  // executions whose input is set
-	rowsBase     int64         // the schema's row writes before the first measured execution started
 	ids          idList        // their ids
 	inputs       atomic.Int64  // the last input given (see input)
 	// The measured computations running at once in this process, and the most seen.
 	running, maxRunning atomic.Int64
+	// The schema's row writes before the first execution started.
+	rowsBase map[string]tableWrites
 
 	mu        sync.Mutex
 	latencies []time.Duration // rate mode: from Set to the last Get
@@ -333,9 +336,9 @@ type benchResult struct {
 	executions               int64
 	totalComputations        int64 // finished in the whole run, tail included
 	failed, unfinished       int64
-	statements, transactions int64 // -1 when not known
-	heartbeats               int64 // the replicas' heartbeat UPDATEs; -1 when not known
-	rowWrites                int64 // rows inserted, updated and deleted in the schema, from the first Start on
+	statements, transactions int64                  // -1 when not known
+	heartbeats               int64                  // the replicas' heartbeat UPDATEs; -1 when not known
+	rowWrites                map[string]tableWrites // of each table of the schema, from the first Start on
 	topStatements            []statementCalls
 	// -graph gated: its promotions at the start and the end of the measured time, and the most
 	// computations seen running at once.
@@ -366,7 +369,11 @@ func (r benchResult) line(cfg benchConfig) string {
 	}
 	writes := na
 	if r.executions > 0 {
-		writes = fmt.Sprintf("%.2f", float64(r.rowWrites)/float64(r.executions))
+		var n int64
+		for _, w := range r.rowWrites {
+			n += w.total()
+		}
+		writes = fmt.Sprintf("%.2f", float64(n)/float64(r.executions))
 	}
 	return fmt.Sprintf("bench: mode=%s graph=%s computations/s=%s p50_ms=%s p99_ms=%s statements_per_computation=%s "+
 		"transactions_per_computation=%s row_writes_per_execution=%s replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
@@ -496,7 +503,10 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	if res.rowWrites, err = db.rowWrites(ctx, b.cfg.schema); err != nil {
 		return res, err
 	}
-	res.rowWrites -= b.rowsBase
+	for table, base := range b.rowsBase {
+		w := res.rowWrites[table]
+		res.rowWrites[table] = tableWrites{w.ins - base.ins, w.upd - base.upd, w.hot - base.hot, w.del - base.del}
+	}
 	if others := max(base.others, end.others); others > 0 {
 		fmt.Fprintf(b.env.stdout, "bench: statements and transactions are n/a: %d other session(s) use database %s, "+
 			"and their work would be counted; run bench on a database of its own\n", others, db.describe())
@@ -515,6 +525,7 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 		return res, err
 	}
 	res.unfinished = res.executions - finished
+	b.printRowWrites(res)
 	b.printTopStatements(res)
 	return res, nil
 }
@@ -1002,6 +1013,22 @@ func (b *benchmark) printProgress(began time.Time) (stop func()) {
 		once.Do(func() { close(done) })
 		wg.Wait()
 	}
+}
+
+// printRowWrites prints the row writes of each table that had some, per execution.
+func (b *benchmark) printRowWrites(res benchResult) {
+	if res.executions == 0 {
+		return
+	}
+	per := func(n int64) float64 { return float64(n) / float64(res.executions) }
+	var tables []string
+	for _, table := range slices.Sorted(maps.Keys(res.rowWrites)) {
+		if w := res.rowWrites[table]; per(w.total()) >= 0.005 { // what the setup wrote rounds to none
+			tables = append(tables, fmt.Sprintf("%s %.2f inserted, %.2f updated (%.2f HOT), %.2f deleted",
+				table, per(w.ins), per(w.upd), per(w.hot), per(w.del)))
+		}
+	}
+	fmt.Fprintf(b.env.stdout, "bench: row writes per execution: %s\n", strings.Join(tables, "; "))
 }
 
 // printTopStatements prints the statements with the most calls, per computation.

@@ -128,6 +128,10 @@ func TestBenchCountsStatementsOnItsOwnCluster(t *testing.T) {
 	require.Positive(t, number(t, fields, "statements_per_computation"))
 	require.Positive(t, number(t, fields, "transactions_per_computation"))
 	require.Equal(t, 3, strings.Count(stdout, "\nbench:   "), "three statements listed:\n%s", stdout)
+	// Each execution of x → y inserts its row, one attempt, and two values.
+	require.Regexp(t, `bench: row writes per execution: .*computations 1\.00 inserted, \d+\.\d\d updated \(\d+\.\d\d HOT\)`, stdout)
+	require.Regexp(t, `; executions 1\.00 inserted`, stdout)
+	require.Regexp(t, `; values 2\.00 inserted`, stdout)
 }
 
 // With every computation running at once for a while, the replica's heartbeats cost about one

@@ -216,18 +216,37 @@ func (m *monitor) snapshot(ctx context.Context, reset bool) (benchStats, error) 
 	return s, nil
 }
 
-// rowWrites returns the rows inserted, updated and deleted in the tables of schema, as
+// tableWrites are the rows a table had inserted, updated (of which HOT: without new index
+// entries) and deleted.
+type tableWrites struct{ ins, upd, hot, del int64 }
+
+func (w tableWrites) total() int64 { return w.ins + w.upd + w.del }
+
+// rowWrites returns the row writes of each table of schema but the migrations' own, as
 // pg_stat_user_tables counts them. A session reports its writes when it ends, or when idle, at
-// most once a second: the count leaves out what live sessions have not reported yet.
-func (m *monitor) rowWrites(ctx context.Context, schema string) (int64, error) {
+// most once a second: the counts leave out what live sessions have not reported yet.
+func (m *monitor) rowWrites(ctx context.Context, schema string) (map[string]tableWrites, error) {
 	_ = m.exec(ctx, "SELECT pg_stat_force_next_flush()") // this session's, for what it inserted
-	var n int64
-	err := m.queryRow(ctx, `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
-		FROM pg_stat_user_tables WHERE schemaname = $1`, []any{schema}, &n)
+	m.txs++
+	rows, err := m.conn.Query(ctx, `SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+		FROM pg_stat_user_tables WHERE schemaname = $1 AND relname NOT LIKE 'bun\_%'`, schema)
 	if err != nil {
-		return 0, fmt.Errorf("reading pg_stat_user_tables: %w", err)
+		return nil, fmt.Errorf("reading pg_stat_user_tables: %w", err)
 	}
-	return n, nil
+	defer rows.Close()
+	writes := map[string]tableWrites{}
+	for rows.Next() {
+		var table string
+		var w tableWrites
+		if err := rows.Scan(&table, &w.ins, &w.upd, &w.hot, &w.del); err != nil {
+			return nil, fmt.Errorf("reading pg_stat_user_tables: %w", err)
+		}
+		writes[table] = w
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading pg_stat_user_tables: %w", err)
+	}
+	return writes, nil
 }
 
 // statementsSince is the number of statements run between the snapshots, or -1.
