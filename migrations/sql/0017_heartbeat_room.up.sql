@@ -1,0 +1,11 @@
+-- Room for the heartbeats. {{schema}} is replaced by the quoted schema name. Idempotent, like
+-- every migration here.
+-- A heartbeat changes only heartbeat_deadline and last_heartbeat_at, which no index covers: with
+-- room on the row's page for its new version, it is a HOT update, which writes no index entry.
+-- One statement extends every attempt of a replica, so a page needs room for a new version of
+-- each of its rows at once; the versions of the heartbeat before are pruned by then. With
+-- 10,000 attempts held 20s and a heartbeat a second (journey bench -n 10000 -workers 10000
+-- -hold 20s -heartbeat 1s), the HOT share of heartbeat updates was 2% at the default fillfactor
+-- of 100, 89% at 80, 96% at 70, and 99.8% at 50. The table takes twice the pages for its rows; a
+-- drain of 20,000 ran 1.5% slower, within the noise. It applies to the pages written from now on.
+ALTER TABLE {{schema}}.computations SET (fillfactor = 50);
