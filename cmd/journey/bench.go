@@ -129,6 +129,7 @@ type benchConfig struct {
 	producers     int
 	backlog       int
 	finishedRows  int
+	finishedAge   time.Duration
 	schema        string // empty: a fresh journey_bench_<random>
 	topStatements int
 	cpuProfile    string
@@ -216,6 +217,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n; for -duration, 1 unless set")
 	fs.IntVar(&cfg.backlog, "backlog", 10000, "continuous: the `computations` the producers keep waiting to run")
 	fs.IntVar(&cfg.finishedRows, "finished-rows", 0, "first insert this many finished executions, with their values and computations")
+	fs.DurationVar(&cfg.finishedAge, "finished-age", 0, "date the -finished-rows this much earlier: past the replicas' Retention "+
+		"(7 days), their sweepers prune the attempts superseded and the history while they are measured")
 	fs.StringVar(&cfg.schema, "schema", "", "the `schema` to create, work in and drop; it must not exist (default journey_bench_<random>)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (this process: the replicas and producers) to `file`")
 	fs.IntVar(&cfg.topStatements, "top-statements", 0, "print the `N` statements with the most calls per computation, from pg_stat_statements")
@@ -270,7 +273,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		{"n", float64(cfg.n), 1}, {"duration", cfg.duration.Seconds(), 0.001}, {"rate", cfg.rate, 0.001},
 		{"replicas", float64(cfg.replicas), 1}, {"workers", float64(cfg.workers), 1},
 		{"producers", float64(cfg.producers), 1}, {"backlog", float64(cfg.backlog), 1},
-		{"finished-rows", float64(cfg.finishedRows), 0},
+		{"finished-rows", float64(cfg.finishedRows), 0}, {"finished-age", cfg.finishedAge.Seconds(), 0},
 		{"top-statements", float64(cfg.topStatements), 0}, {"hold", cfg.hold.Seconds(), 0},
 		{"heartbeat", cfg.heartbeat.Seconds(), 0.001}, {"keys", float64(cfg.keys), 0},
 		{"max-parallel", float64(cfg.maxParallel), 0},
@@ -565,19 +568,28 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("starting the template of the finished executions: %w", err)
 		}
-		if _, err := rt.Set(ctx, ex.ID, "x", 0); err != nil {
-			return fmt.Errorf("setting the template's input: %w", err)
-		}
-		for _, leaf := range b.leaves() {
-			if _, err := rt.Get(ctx, ex.ID, leaf, journey.WaitAny()); err != nil {
-				return fmt.Errorf("waiting for the template's %s: %w", leaf, err)
+		// Its input set twice, it has what retention prunes: attempts superseded, and history.
+		for x := range 2 {
+			rev, err := rt.Set(ctx, ex.ID, "x", x)
+			if err != nil {
+				return fmt.Errorf("setting the template's input: %w", err)
+			}
+			for _, leaf := range b.leaves() {
+				if _, err := rt.Get(ctx, ex.ID, leaf, journey.WaitNewerThan(rev)); err != nil {
+					return fmt.Errorf("waiting for the template's %s: %w", leaf, err)
+				}
 			}
 		}
-		if err := b.db.cloneFinished(ctx, b.cfg.schema, ex.ID, b.cfg.finishedRows-1); err != nil {
+		if err := b.db.cloneFinished(ctx, b.cfg.schema, ex.ID, b.cfg.finishedRows-1, b.cfg.finishedAge); err != nil {
 			return err
 		}
-		fmt.Fprintf(b.env.stdout, "bench: inserted %d finished executions in %s\n",
-			b.cfg.finishedRows, time.Since(began).Round(time.Millisecond))
+		took := time.Since(began).Round(time.Millisecond)
+		size, err := b.db.schemaSize(ctx, b.cfg.schema)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(b.env.stdout, "bench: inserted %d finished executions in %s; the schema takes %d MB on disk\n",
+			b.cfg.finishedRows, took, size>>20)
 	}
 	if b.rowsBase, err = b.db.rowWrites(ctx, b.cfg.schema); err != nil {
 		return err

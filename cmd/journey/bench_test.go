@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -113,7 +114,7 @@ func TestBenchModes(t *testing.T) {
 				require.GreaterOrEqual(t, number(t, fields, "pending_start"), 48.0, "at most 2 promoted, by MaxParallel(2)")
 			}
 			if strings.Contains(tc.name, "finished rows") {
-				require.Contains(t, stdout, "bench: inserted 100 finished executions")
+				require.Regexp(t, `bench: inserted 100 finished executions in \S+; the schema takes \d+ MB on disk`, stdout)
 			}
 		})
 	}
@@ -269,23 +270,25 @@ func TestCloneFinished(t *testing.T) {
 	defer func() { require.NoError(t, rt.Stop(context.Background())) }()
 	ex, err := rt.Start(ctx, g)
 	require.NoError(t, err)
-	_, err = rt.Set(ctx, ex.ID, "x", 1)
-	require.NoError(t, err)
-	_, err = rt.Get(ctx, ex.ID, "y", journey.WaitAny())
-	require.NoError(t, err)
+	for x := range 2 { // x and y replaced once: history
+		rev, err := rt.Set(ctx, ex.ID, "x", x)
+		require.NoError(t, err)
+		_, err = rt.Get(ctx, ex.ID, "y", journey.WaitNewerThan(rev))
+		require.NoError(t, err)
+	}
 
 	m, err := connectMonitor(ctx, pgtest.URL(t))
 	require.NoError(t, err)
 	defer m.close()
-	require.NoError(t, m.cloneFinished(ctx, schema, ex.ID, 10))
+	require.NoError(t, m.cloneFinished(ctx, schema, ex.ID, 10, 30*24*time.Hour))
 
 	count := func(sql string) int {
 		var n int
 		require.NoError(t, m.conn.QueryRow(ctx, strings.ReplaceAll(sql, "{s}", schema)).Scan(&n))
 		return n
 	}
-	// The template's values were never replaced: it has no value history.
-	for table, key := range map[string]string{"executions": "id", `"values"`: "execution_id", "computations": "execution_id"} {
+	for table, key := range map[string]string{"executions": "id", `"values"`: "execution_id",
+		"value_history": "execution_id", "computations": "execution_id"} {
 		template := count(fmt.Sprintf(`SELECT count(*) FROM {s}.%s WHERE %s = '%s'`, table, key, ex.ID))
 		require.Positive(t, template, table)
 		require.Equal(t, 11*template, count(fmt.Sprintf(`SELECT count(*) FROM {s}.%s WHERE %s LIKE '%s%%'`, table, key, ex.ID)),
@@ -293,6 +296,9 @@ func TestCloneFinished(t *testing.T) {
 	}
 	require.Equal(t, 10, count(`SELECT count(DISTINCT execution_id) FROM {s}.computations
 		WHERE state = 'SUCCESS' AND execution_id LIKE '%-finished-%'`), "each copy has its finished computation")
+	require.Equal(t, 10, count(fmt.Sprintf(`SELECT count(*) FROM {s}.executions c, {s}.executions t
+		WHERE t.id = '%[1]s' AND c.id LIKE '%[1]s-finished-%%' AND c.created_at = t.created_at - interval '30 days'
+			AND c.updated_at = t.updated_at - interval '30 days'`, ex.ID)), "the copies are 30 days older")
 	finished, err := m.finishedExecutions(ctx, schema, []string{ex.ID, ex.ID + "-finished-7"}, []string{"y"})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, finished)

@@ -294,9 +294,9 @@ func (m *monitor) topStatements(ctx context.Context, n int) ([]statementCalls, e
 }
 
 // cloneFinished inserts count copies of the finished execution template: its row, values,
-// value history and computations, with ids of their own. The rows are copied whole, whatever
-// their columns, as the runtime wrote them.
-func (m *monitor) cloneFinished(ctx context.Context, schema, template string, count int) error {
+// value history and computations, with ids of their own, and their times age earlier. The rows
+// are copied whole, whatever their columns, as the runtime wrote them.
+func (m *monitor) cloneFinished(ctx context.Context, schema, template string, count int, age time.Duration) error {
 	if count <= 0 {
 		return nil
 	}
@@ -310,17 +310,21 @@ func (m *monitor) cloneFinished(ctx context.Context, schema, template string, co
 		}
 		var names, values []string
 		for _, c := range cols {
-			names = append(names, pgx.Identifier{c}.Sanitize())
-			if c == t.key {
+			name := pgx.Identifier{c.name}.Sanitize()
+			names = append(names, name)
+			switch {
+			case c.name == t.key:
 				values = append(values, "$2 || g")
-			} else {
-				values = append(values, "t."+pgx.Identifier{c}.Sanitize())
+			case c.typ == "timestamp with time zone":
+				values = append(values, "t."+name+" - $4::bigint * interval '1 microsecond'")
+			default:
+				values = append(values, "t."+name)
 			}
 		}
 		table := s + "." + pgx.Identifier{t.table}.Sanitize()
 		sql := fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s t, generate_series(1, $3) g WHERE t.%s = $1",
 			table, strings.Join(names, ", "), strings.Join(values, ", "), table, pgx.Identifier{t.key}.Sanitize())
-		if err := m.exec(ctx, sql, template, template+"-finished-", count); err != nil {
+		if err := m.exec(ctx, sql, template, template+"-finished-", count, age.Microseconds()); err != nil {
 			return fmt.Errorf("inserting finished executions into %s: %w", t.table, err)
 		}
 	}
@@ -336,18 +340,36 @@ func (m *monitor) cloneFinished(ctx context.Context, schema, template string, co
 	return nil
 }
 
+// schemaSize returns the bytes that the tables of schema take, with their indexes and TOAST.
+func (m *monitor) schemaSize(ctx context.Context, schema string) (int64, error) {
+	var n int64
+	err := m.queryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+		JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE ns.nspname = $1 AND c.relkind = 'r'`, []any{schema}, &n)
+	if err != nil {
+		return 0, fmt.Errorf("reading the size of schema %s: %w", schema, err)
+	}
+	return n, nil
+}
+
+// column is a column's name and data type.
+type column struct{ name, typ string }
+
 // copiedColumns lists the columns of a table that a copy of a row takes from the row: all but
 // those a sequence fills.
-func (m *monitor) copiedColumns(ctx context.Context, schema, table string) ([]string, error) {
+func (m *monitor) copiedColumns(ctx context.Context, schema, table string) ([]column, error) {
 	m.txs++
-	rows, err := m.conn.Query(ctx, `SELECT column_name FROM information_schema.columns
+	rows, err := m.conn.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
 		WHERE table_schema = $1 AND table_name = $2 AND is_generated = 'NEVER'
 			AND coalesce(column_default, '') NOT LIKE 'nextval(%'
 		ORDER BY ordinal_position`, schema, table)
 	if err != nil {
 		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
 	}
-	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	cols, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (column, error) {
+		var c column
+		err := row.Scan(&c.name, &c.typ)
+		return c, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
 	}
