@@ -136,9 +136,10 @@ type Config struct {
 	// Set wait for as long as their context allows. Default 3s.
 	LockTimeout time.Duration
 	// Retention: finished attempts (all but the newest of each node, which decides what runs
-	// next), value history and delivered notifications older than this are deleted by the
-	// sweeper, in batches. Values, historians and notification claims are kept. Default 7 days;
-	// negative keeps everything forever.
+	// next), the history of values since replaced or cleared, and delivered notifications older
+	// than this are deleted by the sweeper, in batches, pass after pass while any are left.
+	// Values, historians and notification claims are kept. Default 7 days; negative keeps
+	// everything forever.
 	Retention time.Duration
 	// MaxValueBytes caps the size of a value's JSON encoding. Set, SetMany, Start and StartMany
 	// refuse a larger value, or metadata, with ErrInvalidValue; a computation whose result is

@@ -42,7 +42,6 @@ func (b *bundle) startState(t *testing.T, id string) startState {
 		st.History = append(st.History, fmt.Sprintf("%s=%s@%d", c.Node, v, c.Revision))
 	}
 	lines = nil
-	lines = nil
 	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT concat_ws(' ', node, state, attempt, computed_with::text, concurrency_key, max_parallel, error)
 		FROM {s}.computations WHERE execution_id = ? ORDER BY node, id`), id).Scan(ctx, &lines))
 	st.Computations = lines

@@ -24,17 +24,19 @@ type pruneCursor struct {
 // prune deletes, oldest first and up to limit rows per table, what is older than retention and
 // that no semantics need: finished attempts that are not the newest of their node (the newest
 // decides what runs next, and what Get reports), value history, and delivered notifications.
-// Values, historians and notification claims are kept. It returns how many rows it deleted.
-func (s *Store) prune(ctx context.Context, retention time.Duration, limit int) (int, error) {
+// Values, historians and notification claims are kept. It returns how many rows it deleted, and
+// whether it is behind: a table may hold more rows past their time than it deleted.
+func (s *Store) prune(ctx context.Context, retention time.Duration, limit int) (deleted int, behind bool, err error) {
 	now, err := s.now(ctx, s.db)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	cutoff := now.Add(-retention)
-	deleted, _, err := s.pruneAttempts(ctx, cutoff, limit)
+	deleted, examined, err := s.pruneAttempts(ctx, cutoff, limit)
 	if err != nil {
-		return deleted, err
+		return deleted, false, err
 	}
+	behind = deleted == limit || examined == limit*pruneScanFactor
 	statements := []struct{ what, query string }{
 		{"value history", `DELETE FROM {s}.value_history WHERE id IN (
 			SELECT id FROM {s}.value_history WHERE changed_at < ? ORDER BY changed_at LIMIT ? FOR UPDATE SKIP LOCKED)`},
@@ -45,12 +47,13 @@ func (s *Store) prune(ctx context.Context, retention time.Duration, limit int) (
 	for _, st := range statements {
 		res, err := s.db.NewRaw(s.q(st.query), cutoff, limit).Exec(ctx)
 		if err != nil {
-			return deleted, fmt.Errorf("pruning %s: %w", st.what, err)
+			return deleted, false, fmt.Errorf("pruning %s: %w", st.what, err)
 		}
 		n, _ := res.RowsAffected()
 		deleted += int(n)
+		behind = behind || int(n) == limit
 	}
-	return deleted, nil
+	return deleted, behind, nil
 }
 
 // pruneAttempts deletes up to limit finished attempts older than cutoff that a newer attempt

@@ -79,6 +79,9 @@ type SweepResult struct {
 	Pruned int
 	// Deleted counts the rows deleted by retention.
 	Deleted int
+	// RetentionBehind reports that retention may have more rows to delete than this pass
+	// deleted: a pass should follow at once.
+	RetentionBehind bool
 }
 
 // SweepOptions configure a sweep pass.
@@ -155,7 +158,7 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 		res.Pruned = int(n)
 	}
 	if opts.Retention > 0 {
-		if res.Deleted, err = s.prune(ctx, opts.Retention, opts.Limit); err != nil {
+		if res.Deleted, res.RetentionBehind, err = s.prune(ctx, opts.Retention, opts.Limit); err != nil {
 			return res, err
 		}
 	}

@@ -46,7 +46,7 @@ type Config struct {
 	// the others by this at most. Default 3 × Interval.
 	LeaseTTL time.Duration
 	// BatchSize caps the rows abandoned per pass, and the rows deleted per table and pass; a full
-	// batch of abandonments is followed by another pass at once. Default 100.
+	// batch of abandonments or of deletions is followed by another pass at once. Default 100.
 	BatchSize int
 	// ReplicaRetention: the heartbeat rows of replicas silent for longer are deleted. Default 24h.
 	ReplicaRetention time.Duration
@@ -174,7 +174,7 @@ type Requests struct{}
 type Pass struct{ Done chan<- struct{} }
 
 // Props returns the sweeper actor: it runs a pass every Interval, and at once again after a full
-// batch.
+// batch of abandonments or of deletions.
 func (s *Sweeper) Props() *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &sweeperActor{s: s} })
 }
@@ -215,8 +215,9 @@ func (a *sweeperActor) Receive(ctx actor.Context) {
 }
 
 // pass carries out the open requests and runs a sweep pass, logging a failure: the next pass
-// tries again. It reports whether the pass abandoned a full batch, so that another should follow
-// at once.
+// tries again. It reports whether the pass abandoned a full batch, or left retention behind, so
+// that another should follow at once: else an Interval's batch would be all that retention
+// deletes, 20 rows a second per table by default, less than a busy replica makes.
 func (a *sweeperActor) pass() (full bool) {
 	a.carryOut()
 	ctx, cancel := context.WithTimeout(context.Background(), passTimeout)
@@ -226,7 +227,7 @@ func (a *sweeperActor) pass() (full bool) {
 		a.s.logger.Warn("sweep failed", "error", err)
 		return false
 	}
-	return len(res.Abandoned) >= a.s.cfg.BatchSize
+	return len(res.Abandoned) >= a.s.cfg.BatchSize || res.RetentionBehind
 }
 
 // carryOut carries out the open requests, logging a failure: the next pass tries again.
