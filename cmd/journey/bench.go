@@ -130,6 +130,7 @@ type benchConfig struct {
 	backlog       int
 	finishedRows  int
 	finishedAge   time.Duration
+	prunable      bool   // -finished-age given: the finished rows have what retention deletes
 	schema        string // empty: a fresh journey_bench_<random>
 	topStatements int
 	cpuProfile    string
@@ -217,8 +218,9 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n; for -duration, 1 unless set")
 	fs.IntVar(&cfg.backlog, "backlog", 10000, "continuous: the `computations` the producers keep waiting to run")
 	fs.IntVar(&cfg.finishedRows, "finished-rows", 0, "first insert this many finished executions, with their values and computations")
-	fs.DurationVar(&cfg.finishedAge, "finished-age", 0, "date the -finished-rows this much earlier: past the replicas' Retention "+
-		"(7 days), their sweepers prune the attempts superseded and the history while they are measured")
+	fs.DurationVar(&cfg.finishedAge, "finished-age", 0, "give the -finished-rows what retention deletes (the input set twice: an "+
+		"attempt superseded, values replaced), dated this much earlier: past the replicas' Retention (7 days), their "+
+		"sweepers delete it while they are measured; 0 to compare")
 	fs.StringVar(&cfg.schema, "schema", "", "the `schema` to create, work in and drop; it must not exist (default journey_bench_<random>)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (this process: the replicas and producers) to `file`")
 	fs.IntVar(&cfg.topStatements, "top-statements", 0, "print the `N` statements with the most calls per computation, from pg_stat_statements")
@@ -237,6 +239,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		fmt.Fprintf(env.stderr, "journey bench: "+format+"\n", a...)
 		return cfg, 2, false
 	}
+	cfg.prunable = set["finished-age"]
 	switch {
 	case fs.NArg() > 0:
 		return bad("unexpected arguments %q", fs.Args())
@@ -568,8 +571,11 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("starting the template of the finished executions: %w", err)
 		}
-		// Its input set twice, it has what retention prunes: attempts superseded, and history.
-		for x := range 2 {
+		sets := 1
+		if b.cfg.prunable { // its input set twice, it has what retention deletes
+			sets = 2
+		}
+		for x := range sets {
 			rev, err := rt.Set(ctx, ex.ID, "x", x)
 			if err != nil {
 				return fmt.Errorf("setting the template's input: %w", err)
