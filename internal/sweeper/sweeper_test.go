@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
@@ -36,6 +38,16 @@ const (
 	staleAfter   = 20 * time.Second
 )
 
+// migrated returns a database handle and a schema of its own, migrated.
+func migrated(t *testing.T) (*bun.DB, string) {
+	t.Helper()
+	schema := pgtest.Schema(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	_, err := migrations.Migrate(context.Background(), db, schema, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	return db, schema
+}
+
 type bundle struct {
 	store   *persistence.Store
 	clock   *clock.Stub
@@ -48,10 +60,7 @@ func setup(t *testing.T, name string) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
-	schema := pgtest.Schema(t)
-	db := pgtest.BunDB(t, pgtest.URL(t))
-	_, err := migrations.Migrate(ctx, db, schema, logger)
-	require.NoError(t, err)
+	db, schema := migrated(t)
 	b := &bundle{clock: clock.NewStub(time.Now())}
 	b.g = graph.MustNew(name, "v1", []graph.Node{
 		graph.Input("x"),
@@ -59,6 +68,7 @@ func setup(t *testing.T, name string) *bundle {
 			graph.MaxAttempts(2), graph.AbandonAfter(abandonAfter), graph.Heartbeat(time.Second, hbTimeout),
 			graph.Backoff(func(int) time.Duration { return 0 })),
 	})
+	var err error
 	b.store, err = persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: logger})
 	require.NoError(t, err)
 	b.sweeper = sweeper.New(sweeper.Config{Store: b.store, Logger: logger})
@@ -183,10 +193,7 @@ func TestPromotesDueRetries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
-	schema := pgtest.Schema(t)
-	db := pgtest.BunDB(t, pgtest.URL(t))
-	_, err := migrations.Migrate(ctx, db, schema, logger)
-	require.NoError(t, err)
+	db, schema := migrated(t)
 	stub := clock.NewStub(time.Now())
 	g := graph.MustNew("backoff", "v1", []graph.Node{
 		graph.Compute("y", graph.Needs(), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil },
@@ -401,10 +408,7 @@ func TestAbandonmentTelemetry(t *testing.T) {
 func TestPassesStartIntervalApart(t *testing.T) {
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
-	schema := pgtest.Schema(t)
-	db := pgtest.BunDB(t, pgtest.URL(t))
-	_, err := migrations.Migrate(ctx, db, schema, logger)
-	require.NoError(t, err)
+	db, schema := migrated(t)
 	g := graph.MustNew("cadence", "v1", []graph.Node{
 		graph.Input("x"),
 		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil },
@@ -460,4 +464,39 @@ func TestPassesStartIntervalApart(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no pass abandoned the second expired attempt")
 	}
+}
+
+// A pass that leaves retention behind is followed by another at once, not an Interval later:
+// with batches of 2, the eleven values replaced past their retention are all deleted after one
+// timed pass, in an Interval of an hour.
+func TestRetentionBehindSweepsAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	logger := slog.New(slog.DiscardHandler)
+	db, schema := migrated(t)
+	g := graph.MustNew("retention", "v1", []graph.Node{graph.Input("x")})
+	stub := clock.NewStub(time.Now())
+	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub, Logger: logger})
+	require.NoError(t, err)
+	e, err := store.CreateExecution(ctx, g)
+	require.NoError(t, err)
+	for x := range 12 {
+		_, err := store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(strconv.Itoa(x))}, nil, nil)
+		require.NoError(t, err)
+	}
+	history := func() int {
+		var n int
+		require.NoError(t, db.NewRaw("SELECT count(*) FROM "+pgx.Identifier{schema, "value_history"}.Sanitize()).Scan(ctx, &n))
+		return n
+	}
+	require.Equal(t, 11, history(), "the values replaced")
+	stub.Advance(2 * time.Hour)
+
+	s := sweeper.New(sweeper.Config{Store: store, ReplicaID: "r1", Interval: time.Hour, BatchSize: 2, Retention: time.Hour, Logger: logger})
+	system := actor.NewActorSystem()
+	pid := system.Root.Spawn(s.Props())
+	t.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
+	system.Root.Send(pid, sweeper.Tick{})
+	require.Eventually(t, func() bool { return history() == 0 }, 30*time.Second, 10*time.Millisecond,
+		"the passes after the first deleted the rest")
 }
