@@ -60,7 +60,8 @@ n/a) and pg_stat_database, over the run, per computation finished. They are n/a 
 sessions use the database, since their work would be counted: give bench a database of its
 own. row_writes_per_execution is the rows inserted, updated and deleted in bench's schema
 (pg_stat_user_tables), from the first Start to the end, per execution started; a line before
-the final one gives them by table, with the updates that were HOT (wrote no index entry). heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
+the final one gives them by table, with the updates that were HOT (wrote no index entry).
+heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
 heartbeat interval (-heartbeat), over the measured time: with -hold, which keeps up to -workers
 computations running at once on each replica, it shows what their heartbeats cost, e.g.
 
