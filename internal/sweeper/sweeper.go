@@ -46,7 +46,8 @@ type Config struct {
 	// the others by this at most. Default 3 × Interval.
 	LeaseTTL time.Duration
 	// BatchSize caps the rows abandoned per pass, and the rows deleted per table and pass; a full
-	// batch of abandonments or of deletions is followed by another pass at once. Default 100.
+	// batch of abandonments is followed by another pass at once, and one of deletions soon after.
+	// Default 100.
 	BatchSize int
 	// ReplicaRetention: the heartbeat rows of replicas silent for longer are deleted. Default 24h.
 	ReplicaRetention time.Duration
@@ -173,8 +174,8 @@ type Requests struct{}
 // once.
 type Pass struct{ Done chan<- struct{} }
 
-// Props returns the sweeper actor: it runs a pass every Interval, and at once again after a full
-// batch of abandonments or of deletions.
+// Props returns the sweeper actor: it runs a pass every Interval, at once again after a full
+// batch of abandonments, and soon again after a full batch of deletions.
 func (s *Sweeper) Props() *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &sweeperActor{s: s} })
 }
@@ -203,8 +204,13 @@ func (a *sweeperActor) Receive(ctx actor.Context) {
 		// Interval is followed by the next at once, never by two at a time.
 		began := time.Now()
 		next := a.s.cfg.Interval
-		if a.pass() {
+		switch full, behind := a.pass(); {
+		case full:
 			next = 0
+		case behind:
+			// Retention catches up with half of one session at most: after a pause as long as
+			// the pass, so that the replicas' work keeps the database's other half.
+			next = 2 * time.Since(began)
 		}
 		a.cancel = a.timers.SendOnce(max(next-time.Since(began), 0), ctx.Self(), tick{})
 	case *actor.Stopping, *actor.Restarting:
@@ -215,19 +221,20 @@ func (a *sweeperActor) Receive(ctx actor.Context) {
 }
 
 // pass carries out the open requests and runs a sweep pass, logging a failure: the next pass
-// tries again. It reports whether the pass abandoned a full batch, or left retention behind, so
-// that another should follow at once: else an Interval's batch would be all that retention
-// deletes, 20 rows a second per table by default, less than a busy replica makes.
-func (a *sweeperActor) pass() (full bool) {
+// tries again. It reports whether the pass abandoned a full batch, so that another should follow
+// at once, and whether it left retention behind, so that another should follow soon: else an
+// Interval's batch would be all that retention deletes, 20 rows a second per table by default,
+// less than a busy replica makes.
+func (a *sweeperActor) pass() (full, behind bool) {
 	a.carryOut()
 	ctx, cancel := context.WithTimeout(context.Background(), passTimeout)
 	defer cancel()
 	res, err := a.s.RunOnce(ctx)
 	if err != nil {
 		a.s.logger.Warn("sweep failed", "error", err)
-		return false
+		return false, false
 	}
-	return len(res.Abandoned) >= a.s.cfg.BatchSize || res.RetentionBehind
+	return len(res.Abandoned) >= a.s.cfg.BatchSize, res.RetentionBehind
 }
 
 // carryOut carries out the open requests, logging a failure: the next pass tries again.

@@ -466,10 +466,10 @@ func TestPassesStartIntervalApart(t *testing.T) {
 	}
 }
 
-// A pass that leaves retention behind is followed by another at once, not an Interval later:
-// with batches of 2, the eleven values replaced past their retention are all deleted after one
-// timed pass, in an Interval of an hour.
-func TestRetentionBehindSweepsAgainAtOnce(t *testing.T) {
+// A pass that leaves retention behind is followed by another soon, not an Interval later: with
+// batches of 2, the eleven values replaced past their retention are all deleted after one timed
+// pass, in an Interval of an hour.
+func TestRetentionBehindSweepsAgainSoon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
