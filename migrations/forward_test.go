@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -20,26 +19,12 @@ import (
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/migrations/testdata/fixture"
 )
 
-// fixtureGraph is the graph of testdata/fixturegen, which made the fixtures.
-var fixtureGraph = graph.MustNew("fixture", "v1", []graph.Node{
-	graph.Input("x"),
-	graph.Input("label"),
-	graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
-		return in.Int("x") + 1, nil
-	}),
-	graph.Compute("z", graph.Needs("y"), func(ctx context.Context, in graph.Values) (any, error) {
-		if in.Int("x") == 3 {
-			return nil, errors.New("x is 3")
-		}
-		return 2 * in.Int("y"), nil
-	}, graph.MaxAttempts(2), graph.Backoff(func(int) time.Duration { return time.Millisecond })),
-})
-
-// fixture is what testdata/fixturegen wrote: the rows of a schema that an earlier release's
+// fixtureFile is what testdata/fixturegen wrote: the rows of a schema that an earlier release's
 // runtime wrote, and what that runtime answered for its executions.
-type fixture struct {
+type fixtureFile struct {
 	Migrations []string
 	Rows       map[string]json.RawMessage
 	Answers    map[string]struct {
@@ -59,7 +44,7 @@ func TestMigrateForwardKeepsAnswers(t *testing.T) {
 			ctx := t.Context()
 			raw, err := os.ReadFile(filepath.Join("testdata", release, "fixture.json"))
 			require.NoError(t, err)
-			var fx fixture
+			var fx fixtureFile
 			require.NoError(t, json.Unmarshal(raw, &fx))
 			url, schema := pgtest.URL(t), pgtest.Schema(t)
 			db := pgtest.BunDB(t, url)
@@ -69,7 +54,7 @@ func TestMigrateForwardKeepsAnswers(t *testing.T) {
 			loadRows(t, db.DB, schema, fx.Rows)
 
 			rt, err := journey.New(ctx, journey.Config{DatabaseURL: url, Schema: schema,
-				Graphs: []*graph.Graph{fixtureGraph}, Logger: testLogger(t)})
+				Graphs: []*graph.Graph{fixture.Graph}, Logger: testLogger(t)})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, rt.Stop(context.Background())) })
 			asJSON := func(v any, err error) string {

@@ -1,7 +1,7 @@
 // Command fixturegen writes the fixture of TestMigrateForwardKeepsAnswers: executions made by a
 // release's runtime, as the rows of its schema, and what Get, History and Computations answered
 // for them then. Run it from a checkout of the release whose schema the fixture is to hold, with
-// this file copied in, against a scratch database:
+// testdata/fixturegen and testdata/fixture copied in, against a scratch database:
 //
 //	go run ./migrations/testdata/fixturegen DIR
 //
@@ -23,22 +23,8 @@ import (
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/devpg"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/migrations/testdata/fixture"
 )
-
-// Graph is the fixture's graph: y is x + 1, z doubles y, and z fails while x is 3.
-var Graph = graph.MustNew("fixture", "v1", []graph.Node{
-	graph.Input("x"),
-	graph.Input("label"),
-	graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
-		return in.Int("x") + 1, nil
-	}),
-	graph.Compute("z", graph.Needs("y"), func(ctx context.Context, in graph.Values) (any, error) {
-		if in.Int("x") == 3 {
-			return nil, errors.New("x is 3")
-		}
-		return 2 * in.Int("y"), nil
-	}, graph.MaxAttempts(2), graph.Backoff(func(int) time.Duration { return time.Millisecond })),
-})
 
 // Fixture is what fixture.json holds.
 type Fixture struct {
@@ -68,7 +54,7 @@ func run(ctx context.Context, dir string) error {
 	}
 	defer stop()
 	const schema = "fixture"
-	rt, err := journey.New(ctx, journey.Config{DatabaseURL: url, Schema: schema, Graphs: []*graph.Graph{Graph},
+	rt, err := journey.New(ctx, journey.Config{DatabaseURL: url, Schema: schema, Graphs: []*graph.Graph{fixture.Graph},
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
@@ -132,7 +118,7 @@ func run(ctx context.Context, dir string) error {
 func makeExecutions(ctx context.Context, rt *journey.Runtime) ([]string, error) {
 	var ids []string
 	start := func() (string, error) {
-		ex, err := rt.Start(ctx, Graph)
+		ex, err := rt.Start(ctx, fixture.Graph)
 		if err != nil {
 			return "", err
 		}
