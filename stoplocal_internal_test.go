@@ -18,7 +18,8 @@ import (
 
 // A Stop that begins while a Set is committing the work it claimed for its replica waits for that
 // work as for any claimed attempt: the dispatcher spawns it once the Set has committed, and, the
-// stop having cancelled its context, releases it to AVAILABLE without using an attempt. Stop
+// stop having cancelled its context, releases it to AVAILABLE without using an attempt; or, on a
+// busy machine, the attempt was claimed and ran to its end before the stop cancelled it. Stop
 // returns only then; it never leaves the attempt RUNNING under a replica that is gone.
 func TestStopWaitsForTheWorkASetClaimedForItsReplica(t *testing.T) {
 	t.Parallel()
@@ -78,5 +79,7 @@ func TestStopWaitsForTheWorkASetClaimedForItsReplica(t *testing.T) {
 		states = append(states, s)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{persistence.StateAvailable}, states, "released, for another replica to run")
+	require.Len(t, states, 1, "one attempt: a release uses none")
+	require.Contains(t, []string{persistence.StateAvailable, persistence.StateSuccess}, states[0],
+		"released for another replica to run, or finished before the stop; never left RUNNING")
 }
