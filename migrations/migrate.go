@@ -2,8 +2,6 @@ package migrations
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -47,10 +45,10 @@ func (s source) name() string { return s.number + "_" + s.comment }
 // Bun's bookkeeping tables live in the schema too (<schema>.bun_migrations and
 // <schema>.bun_migration_locks).
 //
-// The whole run holds a session-level advisory lock on a dedicated connection, keyed by the
-// schema name: when several processes start together, one applies the migrations while the
-// others wait, then find nothing left to do. db must therefore allow at least two open
-// connections.
+// The whole run holds an advisory lock, keyed by the schema name, in a transaction of its own:
+// when several processes start together, one applies the migrations while the others wait, then
+// find nothing left to do. It works through a transaction pooler too. db must allow at least two
+// open connections.
 //
 // Migrate returns the names ("0001_core", ...) of the migrations this call applied: none if
 // the schema was up to date. A migration that fails is rolled back and not marked as applied;
@@ -181,52 +179,39 @@ func up(s source, quotedSchema string, logger *slog.Logger) func(context.Context
 	}
 }
 
-// lock takes the session-level advisory lock of schema on a connection of its own, waiting for
-// it if another process holds it. unlock releases it and returns the connection to the pool; if
-// the lock cannot be released, it closes the connection, which releases it too.
+// lock takes the advisory lock of schema, waiting for it if another process holds it, in a
+// transaction of its own that stays open until unlock ends it. A transaction-level lock, where a
+// session-level one would not survive a transaction pooler: there, a session is one transaction
+// long, and the lock would stay on a server connection that other clients share, while the
+// unlock ran on another. The transaction waits idle while the migrations run on other
+// connections, so the server's idle_in_transaction_session_timeout is lifted for it.
 func lock(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger) (unlock func(), err error) {
-	conn, err := db.DB.Conn(ctx)
+	tx, err := db.DB.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("migrating schema %s: taking a connection for the migration lock: %w", schema, err)
+		return nil, fmt.Errorf("migrating schema %s: opening the transaction of the migration lock: %w", schema, err)
 	}
 	key := lockKeyPrefix + schema
 	const keyExpr = "hashtextextended($1, 0)"
 
 	var locked bool
-	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock("+keyExpr+")", key).Scan(&locked); err != nil {
-		discard(conn)
+	err = tx.QueryRowContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', '0', true) IS NOT NULL "+
+		"AND pg_try_advisory_xact_lock("+keyExpr+")", key).Scan(&locked)
+	if err != nil {
+		_ = tx.Rollback()
 		return nil, fmt.Errorf("migrating schema %s: taking the migration lock: %w", schema, err)
 	}
 	if !locked {
 		logger.Info("waiting for another process to finish migrating")
 		began := time.Now()
-		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock("+keyExpr+")", key); err != nil {
-			discard(conn)
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock("+keyExpr+")", key); err != nil {
+			_ = tx.Rollback()
 			return nil, fmt.Errorf("migrating schema %s: waiting for the migration lock: %w", schema, err)
 		}
 		logger.Info("took the migration lock", "waited", time.Since(began).Round(time.Millisecond))
 	}
-
-	return func() {
-		// Release the lock even if ctx was cancelled: a lock left on a pooled connection would
-		// block every later migration of this schema.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		var released bool
-		err := conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock("+keyExpr+")", key).Scan(&released)
-		if err != nil || !released {
-			logger.Warn("releasing the migration lock failed; closing its connection instead", "error", err)
-			discard(conn)
-			return
-		}
-		_ = conn.Close()
-	}, nil
-}
-
-// discard closes conn's underlying connection instead of returning it to the pool.
-func discard(conn *sql.Conn) {
-	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = conn.Close()
+	// The rollback ends the transaction, and with it the lock, even if ctx was cancelled; a
+	// connection whose rollback fails is closed, which ends them too.
+	return func() { _ = tx.Rollback() }, nil
 }
 
 // ValidSchema reports why schema cannot be the name of journey's schema, if it cannot.

@@ -31,7 +31,7 @@ func runMigrate(ctx context.Context, env *environment, args []string) int {
 		fmt.Fprintf(env.stderr, "journey migrate: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	url := os.Getenv("DATABASE_URL")
+	url := env.getenv("DATABASE_URL")
 	if url == "" {
 		fmt.Fprintln(env.stderr, "journey migrate: DATABASE_URL is not set: set it to the database to migrate, "+
 			"or run `journey dev` for a throwaway one")
