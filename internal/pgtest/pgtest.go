@@ -261,3 +261,26 @@ func Cluster(tb testing.TB) *devpg.Cluster {
 	})
 	return c
 }
+
+// Bouncer starts a PgBouncer in transaction pooling mode in front of the test database, for this
+// test alone (devpg.StartBouncer), and returns its URL; it is stopped when the test ends. It
+// fails the test if pgbouncer is not installed, unless JOURNEY_SKIP_POOLER=1, which skips it.
+func Bouncer(tb testing.TB) string {
+	tb.Helper()
+	url := URL(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	b, err := devpg.StartBouncer(ctx, url)
+	if errors.Is(err, devpg.ErrNoBouncer) && os.Getenv("JOURNEY_SKIP_POOLER") == "1" {
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatalf("pgtest: starting pgbouncer (or set JOURNEY_SKIP_POOLER=1 to skip the tests behind it): %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := b.Stop(); err != nil {
+			tb.Errorf("pgtest: stopping pgbouncer: %v", err)
+		}
+	})
+	return b.URL()
+}
