@@ -12,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -68,11 +69,32 @@ type Config struct {
 	// QueryExecMode works; with pgx's default, QueryExecModeCacheStatement (the runtime's own
 	// pool's), the statements of the hot path are prepared once per connection. The runtime's own
 	// pool also sets plan_cache_mode=force_generic_plan, enable_seqscan=off,
-	// enable_bitmapscan=off and jit=off on its connections, unless DatabaseURL sets them: each
+	// enable_bitmapscan=off and jit=off on its connections as each connects (a SET, never in the
+	// startup packet, which a pooler refuses), unless DatabaseURL sets them or goes through a
+	// pooler (see ListenURL): each
 	// statement is planned once per connection, and the plan reads the indexes, row by row, even
 	// if it was made while the tables were young. A pool of yours keeps its own settings; set
 	// those in its ConnConfig.RuntimeParams for the same plans.
 	Pool *pgxpool.Pool
+	// ListenURL is a direct connection to PostgreSQL, for LISTEN alone, when DatabaseURL goes
+	// through a transaction pooler (PgBouncer in pool_mode=transaction, Supavisor, RDS Proxy),
+	// which cannot hold a LISTEN: a session there is one transaction long. With it, the runtime
+	// takes DatabaseURL for such a pooler. Its statements are not prepared by name, which a
+	// pooler without max_prepared_statements breaks: each is parsed and planned at each call
+	// (pgx's QueryExecModeCacheDescribe, one round trip as before). And it puts no setting on a
+	// session, where it would stay on a server connection that other clients share: not the plan
+	// settings of Pool's comment, nor IdleInTransactionTimeout (set PgBouncer's
+	// idle_transaction_timeout instead). The README's "Behind a connection pooler" gives
+	// PgBouncer's settings. Default "": DatabaseURL is direct, and carries LISTEN too.
+	ListenURL string
+	// PollOnly: no LISTEN at all, for a transaction pooler that cannot be paired with a direct
+	// connection. DatabaseURL is taken for a pooler, as with ListenURL. Work and values that this
+	// replica writes itself reach its dispatcher and its waiting Get calls at once, as always;
+	// what other replicas write is found by the poll, every PollInterval: a Get(WaitAny) of a
+	// value that another replica computes returns up to PollInterval after the commit, and work
+	// that another replica makes ready waits up to PollInterval when this one has the free
+	// workers. Default false.
+	PollOnly bool
 	// Schema holds journey's tables: at most 63 bytes, without ? or NUL. Default "journey". It is
 	// created if missing.
 	Schema string
@@ -86,7 +108,8 @@ type Config struct {
 	// times MaxWorkers such attempts), so that the next claims overlap the recording.
 	MaxWorkers int
 	// PollInterval is how often the replica looks for work and for awaited values when no
-	// notification came. Notifications (LISTEN/NOTIFY) are the main path. Default 1s.
+	// notification came. Notifications (LISTEN/NOTIFY) are the main path, unless PollOnly.
+	// Default 1s.
 	PollInterval time.Duration
 	// SweepInterval is the time between the starts of two sweeper passes, which abandon
 	// computations past their deadlines and promote due retries; a pass that takes longer is
@@ -127,7 +150,8 @@ type Config struct {
 	// dead one; after this long, it ends the session and frees the locks, so that other replicas
 	// go on. The runtime's transactions never wait on the application, and a notification's
 	// delivery extends it for itself. Default 30s; negative leaves the server's setting. With
-	// Config.Pool, set it on that pool's connections yourself.
+	// Config.Pool, set it on that pool's connections yourself; behind a pooler (ListenURL or
+	// PollOnly), set the pooler's own timeout.
 	IdleInTransactionTimeout time.Duration
 	// LockTimeout is PostgreSQL's lock_timeout for the runtime's background work: sweeps, tick
 	// wake-ups and promotions give up on a lock held longer (by a frozen replica, say), and try
@@ -179,6 +203,10 @@ type TestConfig struct {
 	StopGrace time.Duration
 }
 
+// pooled reports whether DatabaseURL goes through a transaction pooler: ListenURL or PollOnly
+// says so.
+func (c Config) pooled() bool { return c.ListenURL != "" || c.PollOnly }
+
 func (c Config) withDefaults() Config {
 	c.Schema = cmp.Or(c.Schema, DefaultSchema)
 	c.ReplicaID = cmp.Or(c.ReplicaID, defaultReplicaID())
@@ -215,6 +243,15 @@ func (c Config) validate() error {
 	var errs []error
 	if c.DatabaseURL == "" && c.Pool == nil {
 		errs = append(errs, errors.New("config: DatabaseURL is empty: set it to a PostgreSQL URL, or set Pool"))
+	}
+	if c.ListenURL != "" && c.PollOnly {
+		errs = append(errs, errors.New("config: ListenURL and PollOnly are both set: PollOnly means no LISTEN at all; "+
+			"keep ListenURL for wake-ups by notification, or PollOnly alone"))
+	}
+	if c.ListenURL != "" {
+		if _, err := pgx.ParseConfig(c.ListenURL); err != nil {
+			errs = append(errs, fmt.Errorf("config: ListenURL: %w", err))
+		}
 	}
 	if len(c.Graphs) == 0 {
 		errs = append(errs, errors.New("config: Graphs is empty: register the graphs this replica serves"))

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,13 +119,13 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if !setsPoolMaxConns(cfg.DatabaseURL) && pcfg.MaxConns < DefaultMaxConns {
 			pcfg.MaxConns = DefaultMaxConns
 		}
-		for name, value := range persistence.PlanSettings {
-			if _, set := pcfg.ConnConfig.RuntimeParams[name]; !set {
-				pcfg.ConnConfig.RuntimeParams[name] = value
-			}
-		}
-		if cfg.IdleInTransactionTimeout > 0 {
-			pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.IdleInTransactionTimeout.Milliseconds(), 10)
+		if cfg.pooled() {
+			// A transaction pooler gives each transaction whichever server connection is free: a
+			// statement prepared by name may be missing from the next one, and a session setting
+			// would stay on a server connection that other clients share.
+			pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		} else {
+			pcfg.AfterConnect = sessionSettings(pcfg.ConnConfig.RuntimeParams, cfg.IdleInTransactionTimeout)
 		}
 		if r.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 			return nil, fmt.Errorf("journey: opening the pool: %w", err)
@@ -189,22 +190,70 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("journey: registering the observable metrics: %w", err)
 	}
 	r.observeClock()
-	// Notifications are the main wake-up path: New returns once the replica hears them, so that a
-	// write made right after it is not left to the poll.
+	if !cfg.PollOnly {
+		r.waitListening(ctx)
+	}
+	r.logger.Info("journey runtime started", "schema", cfg.Schema, "graphs", len(cfg.Graphs), "max_workers", cfg.MaxWorkers,
+		"pooler", cfg.pooled(), "poll_only", cfg.PollOnly)
+	return r, nil
+}
+
+// waitListening waits, for up to listenWait, until the listener's LISTEN is up. Notifications are
+// the main wake-up path: New returns once the replica hears them, so that a write made right
+// after it is not left to the poll.
+func (r *Runtime) waitListening(ctx context.Context) {
 	wait := time.NewTimer(listenWait)
+	defer wait.Stop()
 	select {
 	case <-r.listening:
 	case <-ctx.Done():
 	case <-wait.C:
 	}
-	wait.Stop()
 	select {
 	case <-r.listening:
 	default:
 		r.logger.Warn("New returns before the LISTEN connection is up; until it is, work is found by the poll")
 	}
-	r.logger.Info("journey runtime started", "schema", cfg.Schema, "graphs", len(cfg.Graphs), "max_workers", cfg.MaxWorkers)
-	return r, nil
+}
+
+// ErrPooler is returned by New when DatabaseURL goes through a connection pooler, and Config
+// says neither ListenURL nor PollOnly.
+var ErrPooler = errors.New("DatabaseURL goes through a connection pooler: set Config.ListenURL to a direct connection " +
+	"for LISTEN, or Config.PollOnly (see the README's \"Behind a connection pooler\")")
+
+// sessionSettings returns the pool's AfterConnect, for a direct connection: it puts
+// persistence.PlanSettings on each new connection, but those that the connection string sets
+// (params), and the idle-in-transaction timeout if positive, in one round trip. A connection
+// through a pooler fails with ErrPooler instead, and gets no setting: it would stay on a server
+// connection that other clients share. The pooler shows in the process id: a pooler announces
+// one of its own at the start of the connection (for cancel requests), which is not that of the
+// server process that runs the statement.
+func sessionSettings(params map[string]string, idleInTx time.Duration) func(context.Context, *pgx.Conn) error {
+	var names, values []string
+	for name, value := range persistence.PlanSettings {
+		if _, set := params[name]; !set {
+			names, values = append(names, name), append(values, value)
+		}
+	}
+	if idleInTx > 0 {
+		names, values = append(names, "idle_in_transaction_session_timeout"), append(values, strconv.FormatInt(idleInTx.Milliseconds(), 10))
+	}
+	return func(ctx context.Context, conn *pgx.Conn) error {
+		// The simple protocol: through a pooler, a statement prepared by name may fail before
+		// the check could say why.
+		announced := int64(conn.PgConn().PID())
+		var pid int64
+		err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), (SELECT count(set_config(n, v, false))
+			FROM unnest($1::text[], $2::text[]) AS s(n, v) WHERE pg_backend_pid() = $3::bigint)`,
+			pgx.QueryExecModeSimpleProtocol, names, values, announced).Scan(&pid, nil)
+		switch {
+		case err != nil:
+			return fmt.Errorf("applying the session settings %s: %w", strings.Join(names, ", "), err)
+		case pid != announced:
+			return ErrPooler
+		}
+		return nil
+	}
 }
 
 func (r *Runtime) start() {
@@ -237,8 +286,14 @@ func (r *Runtime) start() {
 		Telemetry: r.tel,
 	})
 	r.sweeper = root.Spawn(r.sweep.Props())
+	if r.cfg.PollOnly {
+		return
+	}
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
 	connCfg := r.pool.Config().ConnConfig
+	if r.cfg.ListenURL != "" {
+		connCfg, _ = pgx.ParseConfig(r.cfg.ListenURL) // validate has parsed it
+	}
 	r.listener = root.Spawn(actors.NewListener(actors.ListenerConfig{
 		Connect:     func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, connCfg.Copy()) },
 		Channel:     r.store.Channel(),
@@ -328,6 +383,9 @@ func (r *Runtime) stop(ctx context.Context) error {
 		}
 	}
 	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.delivery, r.listener} {
+		if pid == nil {
+			continue // PollOnly: no listener
+		}
 		if err := r.system.Root.PoisonFuture(pid).Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping actor %s: %w", pid.Id, err))
 		}

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -85,4 +88,46 @@ func TestMigrate(t *testing.T) {
 	code, _, stderr = runJourney(t, "migrate")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "DATABASE_URL is not set")
+}
+
+// Through PgBouncer in transaction mode, migrate works, and three at once still apply each
+// migration once: its lock lives in a transaction, which the pooler keeps on one server
+// connection, where a session's lock would be left behind on a connection others share.
+func TestMigrateThroughAPooler(t *testing.T) {
+	schema, bouncer := pgtest.Schema(t), pgtest.Bouncer(t)
+	migrate := func() (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		env := &environment{stdout: &stdout, stderr: &stderr, logger: slog.New(slog.DiscardHandler),
+			getenv: func(name string) string {
+				if name == "DATABASE_URL" {
+					return bouncer
+				}
+				return os.Getenv(name)
+			}}
+		code := run(t.Context(), env, []string{"migrate", "-schema", schema})
+		return code, stdout.String(), stderr.String()
+	}
+	outs := make(chan string, 3)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			code, stdout, stderr := migrate()
+			assert.Equal(t, 0, code, stderr)
+			outs <- stdout
+		})
+	}
+	wg.Wait()
+	close(outs)
+	applied := 0
+	for out := range outs {
+		if strings.Contains(out, "applied 0001_core\n") {
+			applied++
+		} else {
+			assert.Equal(t, "schema "+schema+" is up to date\n", out)
+		}
+	}
+	require.Equal(t, 1, applied, "one run applied the migrations, the others found them done")
+	code, stdout, stderr := migrate()
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "schema "+schema+" is up to date\n", stdout, "no lock was left behind")
 }

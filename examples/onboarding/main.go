@@ -4,12 +4,15 @@
 //	go run ./examples/onboarding
 //
 // It uses $DATABASE_URL when it is set. Otherwise it starts a throwaway PostgreSQL cluster from
-// the local server binaries (apt-get install postgresql) and removes it when it ends.
+// the local server binaries (apt-get install postgresql) and removes it when it ends. When
+// $DATABASE_URL goes through a transaction pooler such as PgBouncer, $LISTEN_URL gives the
+// direct connection for LISTEN (Config.ListenURL).
 package main
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -41,7 +44,7 @@ func main() {
 	}
 }
 
-func run(logger *slog.Logger) (err error) {
+func run(logger *slog.Logger) error {
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -51,13 +54,15 @@ func run(logger *slog.Logger) (err error) {
 	if err != nil {
 		return fmt.Errorf("getting a database (set DATABASE_URL, or install the PostgreSQL server binaries): %w", err)
 	}
-	defer stopDB() // runs after rt.Stop below
+	defer stopDB() // runs after greet's rt.Stop
+	return greet(ctx, os.Stdout, logger, journey.Config{DatabaseURL: url, ListenURL: os.Getenv("LISTEN_URL")})
+}
 
-	rt, err := journey.New(ctx, journey.Config{
-		DatabaseURL: url,
-		Graphs:      []*graph.Graph{onboarding},
-		Logger:      logger,
-	})
+// greet runs a replica with cfg, sets an execution's inputs, waits for its greeting, and prints
+// what it did to out.
+func greet(ctx context.Context, out io.Writer, logger *slog.Logger, cfg journey.Config) (err error) {
+	cfg.Graphs, cfg.Logger = []*graph.Graph{onboarding}, logger
+	rt, err := journey.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -73,31 +78,31 @@ func run(logger *slog.Logger) (err error) {
 	if err != nil {
 		return fmt.Errorf("starting an execution: %w", err)
 	}
-	fmt.Println("execution:", ex.ID)
+	fmt.Fprintln(out, "execution:", ex.ID)
 
 	rev, err := rt.Set(ctx, ex.ID, "name", "Mario")
 	if err != nil {
 		return fmt.Errorf("setting name: %w", err)
 	}
-	fmt.Println("set name  -> revision", rev)
+	fmt.Fprintln(out, "set name  -> revision", rev)
 
 	rev, err = rt.Set(ctx, ex.ID, "email", "mario@example.com")
 	if err != nil {
 		return fmt.Errorf("setting email: %w", err)
 	}
-	fmt.Println("set email -> revision", rev)
+	fmt.Fprintln(out, "set email -> revision", rev)
 
 	v, err := rt.Get(ctx, ex.ID, "greeting", journey.WaitAny())
 	if err != nil {
 		return fmt.Errorf("waiting for the greeting: %w", err)
 	}
-	fmt.Printf("greeting: %s (revision %d)\n", v.String(), v.Revision)
+	fmt.Fprintf(out, "greeting: %s (revision %d)\n", v.String(), v.Revision)
 
 	summary, err := rt.Summarize(ctx, ex.ID)
 	if err != nil {
 		return fmt.Errorf("summarizing: %w", err)
 	}
-	fmt.Println()
-	fmt.Print(summary)
+	fmt.Fprintln(out)
+	fmt.Fprint(out, summary)
 	return nil
 }

@@ -2,9 +2,14 @@ package main
 
 import (
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/journeytest"
 )
 
@@ -40,4 +45,14 @@ func TestNoGreetingWithoutAnEmail(t *testing.T) {
 	if _, err := rt.Get(t.Context(), ex.ID, "greeting"); !errors.Is(err, journey.ErrNotSet) {
 		t.Fatalf("greeting without an email: got %v, want journey.ErrNotSet", err)
 	}
+}
+
+// The example runs end to end through PgBouncer in transaction mode, with the direct connection
+// for LISTEN: the migrations, the writes and the Get's wake-up.
+func TestGreetsThroughAPooler(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	cfg := journey.Config{DatabaseURL: pgtest.Bouncer(t), ListenURL: pgtest.URL(t), Schema: pgtest.Schema(t)}
+	require.NoError(t, greet(t.Context(), &out, slog.New(slog.DiscardHandler), cfg))
+	require.Contains(t, out.String(), "greeting: Welcome, Mario at mario@example.com (revision 4)")
 }

@@ -25,8 +25,23 @@ const executions = 300
 
 func TestSIGKILLedReplicaLosesNothing(t *testing.T) {
 	c := newCluster(t, pgtest.URL(t), defaults())
-	workers := []*worker{c.start(t, "w0"), c.start(t, "w1"), c.start(t, "w2")}
+	killOneLosesNothing(t, c, []*worker{c.start(t, "w0"), c.start(t, "w1"), c.start(t, "w2")})
+}
 
+// Two replicas behind PgBouncer in transaction mode, with a direct connection for LISTEN: the
+// migrations, the submissions and the audit go through the pooler too.
+func TestSIGKILLedReplicaBehindAPoolerLosesNothing(t *testing.T) {
+	cfg := defaults()
+	cfg.ListenURL = pgtest.URL(t)
+	c := newCluster(t, pgtest.Bouncer(t), cfg)
+	killOneLosesNothing(t, c, []*worker{c.start(t, "w0"), c.start(t, "w1")})
+}
+
+// killOneLosesNothing runs executions on the workers, first without a kill, then with a SIGKILL
+// of workers[0] while it holds running computations, and audits both: nothing lost, nothing run
+// twice at once, and the killed replica's work reclaimed by its staleness.
+func killOneLosesNothing(t *testing.T, c *cluster, workers []*worker) {
+	t.Helper()
 	// A baseline without a kill.
 	start := time.Now()
 	ids := c.submit(t, executions)

@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 // workerConfig is the configuration of one replica process. Durations are in milliseconds.
 type workerConfig struct {
 	URL, Schema, ReplicaID string
+	ListenURL              string // Config.ListenURL: URL goes through a transaction pooler
 	MaxWorkers             int
 	StaleAfter, ReplicaHB  int64
 	Sweep, Poll            int64
@@ -302,7 +303,7 @@ func runWorker(raw string) int {
 	}
 	rt, err := journey.New(ctx, journey.Config{
 		OnExecutionFailed: onFailed, OnExecutionCompleted: onCompleted, NotificationTimeout: time.Minute,
-		DatabaseURL: cfg.URL, Schema: cfg.Schema, ReplicaID: cfg.ReplicaID,
+		DatabaseURL: cfg.URL, ListenURL: cfg.ListenURL, Schema: cfg.Schema, ReplicaID: cfg.ReplicaID,
 		Graphs:     served(cfg),
 		MaxWorkers: cfg.MaxWorkers, PollInterval: ms(cfg.Poll), SweepInterval: ms(cfg.Sweep),
 		ReplicaHeartbeatInterval: ms(cfg.ReplicaHB), ReplicaStaleAfter: ms(cfg.StaleAfter),
