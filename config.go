@@ -71,17 +71,18 @@ type Config struct {
 	// pool also sets plan_cache_mode=force_generic_plan, enable_seqscan=off,
 	// enable_bitmapscan=off and jit=off on its connections as each connects (a SET, never in the
 	// startup packet, which a pooler refuses), unless DatabaseURL sets them or goes through a
-	// pooler (see ListenURL): each
-	// statement is planned once per connection, and the plan reads the indexes, row by row, even
-	// if it was made while the tables were young. A pool of yours keeps its own settings; set
-	// those in its ConnConfig.RuntimeParams for the same plans.
+	// pooler (see ListenURL): each statement is planned once per connection, and the plan reads
+	// the indexes, row by row, even if it was made while the tables were young. A pool of yours
+	// keeps its own settings; set those in its ConnConfig.RuntimeParams for the same plans.
 	Pool *pgxpool.Pool
 	// ListenURL is a direct connection to PostgreSQL, for LISTEN alone, when DatabaseURL goes
 	// through a transaction pooler (PgBouncer in pool_mode=transaction, Supavisor, RDS Proxy),
 	// which cannot hold a LISTEN: a session there is one transaction long. With it, the runtime
 	// takes DatabaseURL for such a pooler. Its statements are not prepared by name, which a
 	// pooler without max_prepared_statements breaks: each is parsed and planned at each call
-	// (pgx's QueryExecModeCacheDescribe, one round trip as before). And it puts no setting on a
+	// (pgx's QueryExecModeCacheDescribe, one round trip as before), unless DatabaseURL sets
+	// default_query_exec_mode (cache_statement, behind PgBouncer 1.21 or later with
+	// max_prepared_statements, prepares them again). And it puts no setting on a
 	// session, where it would stay on a server connection that other clients share: not the plan
 	// settings of Pool's comment, nor IdleInTransactionTimeout (set PgBouncer's
 	// idle_transaction_timeout instead). The README's "Behind a connection pooler" gives

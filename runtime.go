@@ -116,15 +116,16 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("journey: parsing Config.DatabaseURL: %w", err)
 		}
-		if !setsPoolMaxConns(cfg.DatabaseURL) && pcfg.MaxConns < DefaultMaxConns {
+		if !setsParam(cfg.DatabaseURL, "pool_max_conns") && pcfg.MaxConns < DefaultMaxConns {
 			pcfg.MaxConns = DefaultMaxConns
 		}
-		if cfg.pooled() {
+		switch {
+		case cfg.pooled() && !setsParam(cfg.DatabaseURL, "default_query_exec_mode"):
 			// A transaction pooler gives each transaction whichever server connection is free: a
 			// statement prepared by name may be missing from the next one, and a session setting
 			// would stay on a server connection that other clients share.
 			pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
-		} else {
+		case !cfg.pooled():
 			pcfg.AfterConnect = sessionSettings(pcfg.ConnConfig.RuntimeParams, cfg.IdleInTransactionTimeout)
 		}
 		if r.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
@@ -420,11 +421,12 @@ func (r *Runtime) stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// setsPoolMaxConns reports whether connString sets pool_max_conns. pgxpool.ParseConfig reads it
-// and removes it from the parameters, so it is looked for in pgconn's parse, which keeps it.
-func setsPoolMaxConns(connString string) bool {
+// setsParam reports whether connString sets the parameter name, such as pool_max_conns.
+// pgxpool.ParseConfig reads those it knows and removes them from the parameters, so it is looked
+// for in pgconn's parse, which keeps them.
+func setsParam(connString, name string) bool {
 	c, err := pgconn.ParseConfig(connString)
-	return err == nil && c.RuntimeParams["pool_max_conns"] != ""
+	return err == nil && c.RuntimeParams[name] != ""
 }
 
 // ownConns opens a pool of n connections configured as pool's.
