@@ -78,6 +78,12 @@ attempts PENDING; and max_running, the most computations running at once, e.g.
 
   journey bench -graph gated -keys 10 -max-parallel 5 -duration 20s -backlog 10000
 
+-pooler puts a PgBouncer in transaction mode (Debian's pgbouncer, its default settings) between
+the replicas and the database, with the direct connection for LISTEN (Config.ListenURL): a run
+with it beside one without, in one sitting, shows what the pooler costs, e.g.
+
+  journey bench -rate 300 -duration 20s -pooler
+
 bench uses $DATABASE_URL. Without it, it starts a throwaway PostgreSQL with pg_stat_statements
 loaded and PostgreSQL's durable defaults (fsync, synchronous_commit and full_page_writes on;
 -durable=false turns them off), and deletes it afterwards. It exits 1 if a computation failed or an execution did not
@@ -140,6 +146,7 @@ type benchConfig struct {
 	keys          int           // -graph gated: the concurrency keys, x mod keys; 0: no key
 	maxParallel   int           // -graph gated: the node's MaxParallel; 0: no limit
 	durable       bool          // the throwaway PostgreSQL keeps PostgreSQL's durable defaults
+	pooler        bool          // the replicas go through a PgBouncer in transaction mode
 }
 
 // heartbeatInterval is the compute nodes' heartbeat interval.
@@ -229,6 +236,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		"so that up to -workers run at once on each replica")
 	fs.BoolVar(&cfg.durable, "durable", true, "the throwaway PostgreSQL flushes its WAL as PostgreSQL does by default (fsync, "+
 		"synchronous_commit and full_page_writes on); -durable=false turns them off, as for the tests")
+	fs.BoolVar(&cfg.pooler, "pooler", false, "the replicas connect through a PgBouncer in transaction mode (Debian's pgbouncer, "+
+		"its default settings) started in front of the database, with the direct connection for LISTEN (Config.ListenURL)")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", 0, "the compute nodes' heartbeat `interval`, their heartbeat timeout 10 times it "+
 		"(default the graph's: 10s, 30s)")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -311,12 +320,13 @@ func startBenchCluster(ctx context.Context, logger *slog.Logger, durable bool) (
 
 // benchmark is one run of journey bench.
 type benchmark struct {
-	cfg    benchConfig
-	env    *environment
-	url    string
-	nodes  []benchNode
-	logger *slog.Logger // the replicas' logger: warnings and errors only
-	db     *monitor
+	cfg        benchConfig
+	env        *environment
+	url        string
+	replicaURL string // the replicas' DatabaseURL: url, or with -pooler a PgBouncer's (see bounce)
+	nodes      []benchNode
+	logger     *slog.Logger // the replicas' logger: warnings and errors only
+	db         *monitor
 
 	// What the measuring replicas saved, counted by OnSave.
 	done, failed atomic.Int64
@@ -444,7 +454,13 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	fmt.Fprintf(b.env.stdout, "bench: mode=%s graph=%s replicas=%d workers=%d schema=%s database=%s\n",
 		b.cfg.mode, b.cfg.shape, b.cfg.replicas, b.cfg.workers, b.cfg.schema, db.describe())
 
-	if err := b.setUp(ctx); err != nil {
+	unbounce, err := b.bounce(ctx)
+	if err != nil {
+		return res, err
+	}
+	err = b.setUp(ctx)
+	unbounce()
+	if err != nil {
 		return res, err
 	}
 	if err := b.waitReplicasGone(ctx); err != nil {
@@ -462,6 +478,10 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	began := time.Now()
 	progressDone := b.printProgress(began)
 	defer progressDone()
+	if unbounce, err = b.bounce(ctx); err != nil {
+		return res, err
+	}
+	defer unbounce()
 	rts, err := b.startReplicas(ctx)
 	if err != nil {
 		return res, err
@@ -498,6 +518,7 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	if err := stopAll(); err != nil {
 		return res, err
 	}
+	unbounce()
 
 	if err := b.waitReplicasGone(ctx); err != nil {
 		return res, err
@@ -636,6 +657,27 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 	return nil
 }
 
+// bounce sets the replicas' URL: with -pooler, that of a PgBouncer it starts in front of the
+// database, and stops with the function it returns, which closes the server connections that
+// PgBouncer keeps for the replicas, so that waitReplicasGone sees them end; without, the
+// database's. The function may be called more than once.
+func (b *benchmark) bounce(ctx context.Context) (func(), error) {
+	b.replicaURL = b.url
+	if !b.cfg.pooler {
+		return func() {}, nil
+	}
+	bouncer, err := devpg.StartBouncer(ctx, b.url)
+	if err != nil {
+		return nil, fmt.Errorf("-pooler: %w", err)
+	}
+	b.replicaURL = bouncer.URL()
+	return func() {
+		if err := bouncer.Stop(); err != nil {
+			fmt.Fprintf(b.env.stderr, "journey bench: stopping pgbouncer: %v\n", err)
+		}
+	}, nil
+}
+
 // promotions reads the gated node's promotions, for -graph gated.
 func (b *benchmark) promotions(ctx context.Context) (promotionStats, error) {
 	if b.cfg.shape != "gated" {
@@ -762,12 +804,17 @@ func (b *benchmark) leaves() []string {
 }
 
 func (b *benchmark) runtimeConfig(g *graph.Graph, name string, workers int) journey.Config {
-	conn := withParam(b.url, "application_name", benchAppName)
+	conn := withParam(b.replicaURL, "application_name", benchAppName)
 	if b.cfg.mode == "rate" {
 		conn = warmPool(conn)
 	}
+	listen := ""
+	if b.cfg.pooler {
+		listen = b.url
+	}
 	return journey.Config{
 		DatabaseURL: conn,
+		ListenURL:   listen,
 		Schema:      b.cfg.schema,
 		Graphs:      []*graph.Graph{g},
 		ReplicaID:   fmt.Sprintf("bench-%s-%d", name, os.Getpid()),
