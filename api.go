@@ -349,6 +349,9 @@ func (r *Runtime) setMany(ctx context.Context, id string, values map[string]any,
 		meta = raw
 	}
 	setting := persistence.Setting{ID: id, Set: set, Meta: meta}
+	if err := setting.Check(); err != nil {
+		return 0, err // alone, before the group: it would fail the others' writes too
+	}
 	// A traced Set goes alone: the attempts it creates link to its own span.
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return r.store.SetValues(ctx, id, set, meta, nil)

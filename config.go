@@ -204,6 +204,9 @@ type TestConfig struct {
 	StopGrace time.Duration
 }
 
+// maxReplicaIDBytes caps Config.ReplicaID, which the running attempts' index holds.
+const maxReplicaIDBytes = 1 << 10
+
 // pooled reports whether DatabaseURL goes through a transaction pooler: ListenURL or PollOnly
 // says so.
 func (c Config) pooled() bool { return c.ListenURL != "" || c.PollOnly }
@@ -257,9 +260,10 @@ func (c Config) validate() error {
 	if len(c.Graphs) == 0 {
 		errs = append(errs, errors.New("config: Graphs is empty: register the graphs this replica serves"))
 	}
-	if !utf8.ValidString(c.ReplicaID) || strings.ContainsFunc(c.ReplicaID, unicode.IsControl) {
-		// It is stored with every claim, and in the replica's heartbeat.
-		errs = append(errs, fmt.Errorf("config: ReplicaID %q must be valid UTF-8 with no control characters", c.ReplicaID))
+	if !utf8.ValidString(c.ReplicaID) || strings.ContainsFunc(c.ReplicaID, unicode.IsControl) || len(c.ReplicaID) > maxReplicaIDBytes {
+		// It is stored with every claim, in an index, and in the replica's heartbeat.
+		errs = append(errs, fmt.Errorf("config: ReplicaID %q must be valid UTF-8 with no control characters, at most %d bytes",
+			c.ReplicaID, maxReplicaIDBytes))
 	}
 	seen := map[string]bool{}
 	for i, g := range c.Graphs {

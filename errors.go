@@ -27,6 +27,15 @@ var (
 	// Config.MaxValueBytes. A Set or Start also fails with it, and changes nothing, when the
 	// values it sets would give a node a concurrency key that cannot be stored.
 	ErrInvalidValue = persistence.ErrInvalidValue
+	// ErrInvalidText means a string given as an execution id, a node, graph or version name, or
+	// in a ListQuery cannot reach PostgreSQL: it holds a NUL character, is not valid UTF-8, or
+	// is over 1 KiB, longer than any id or name stored. It is refused before any SQL, and the
+	// error is a *TextError, which names the field and the rule.
+	ErrInvalidText = persistence.ErrInvalidText
 	// ErrStopped means the runtime was stopped.
 	ErrStopped = errors.New("journey: runtime stopped")
 )
+
+// TextError is the error of ErrInvalidText: Field names what the string was, Value quotes it,
+// Rule says what it broke.
+type TextError = persistence.TextError

@@ -106,6 +106,8 @@ func TestConfigTextsMustBeStorable(t *testing.T) {
 			`config: ReplicaID "r\x001" must be valid UTF-8 with no control characters`},
 		{"replica id not UTF-8", func(cfg *journey.Config) { cfg.ReplicaID = "r\xff" },
 			`config: ReplicaID "r\xff" must be valid UTF-8`},
+		{"replica id over-long", func(cfg *journey.Config) { cfg.ReplicaID = strings.Repeat("r", 1025) },
+			`with no control characters, at most 1024 bytes`},
 		{"webhook URL not UTF-8", func(cfg *journey.Config) {
 			cfg.Webhooks = []journey.Webhook{{URL: "https://example.com/h\xffok", Secret: "x"}}
 		}, `config: Webhooks[0].URL "https://example.com/h\xffok" is not valid UTF-8 with no control characters: percent-encode it`},
@@ -219,4 +221,78 @@ func TestOutcomeTheDatabaseRefusesFailsItsAttempt(t *testing.T) {
 	require.ErrorIs(t, err, journey.ErrComputationFailed)
 	require.ErrorContains(t, err, "the outcome could not be stored: PostgreSQL refused it: value overflows numeric format (SQLSTATE 22003)")
 	require.Len(t, attempts(t, rt, ex.ID, "huge"), 1, "the refusal is for good")
+}
+
+// Every string a caller can give the runtime that reaches SQL (execution ids, node names, the
+// fields of a ListQuery, filter values) is checked first: a NUL character, invalid UTF-8 or an
+// over-long string is refused with ErrInvalidText (a *TextError naming the field), or, for a
+// filter's value, ErrInvalidValue; never with PostgreSQL's error, and nothing is written.
+func TestTextsAreCheckedBeforeSQL(t *testing.T) {
+	t.Parallel()
+	g := onboardingGraph(t)
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"name": "Mario"}))
+	require.NoError(t, err)
+	before, err := rt.Load(ctx, ex.ID)
+	require.NoError(t, err)
+
+	list := func(q journey.ListQuery) error { _, err := rt.List(ctx, q); return err }
+	for _, bad := range []struct{ name, s, rule string }{
+		{"NUL", "a\x00b", "it holds a NUL character (byte 1)"},
+		{"invalid UTF-8", "a\xffb", "it is not valid UTF-8 (byte 1 is 0xff)"},
+		{"over-long", strings.Repeat("n", 1025), "it is 1025 bytes long, over the limit of 1024"},
+	} {
+		entries := map[string]struct {
+			field string
+			call  func() error
+		}{
+			"Set id":        {"execution id", func() error { _, err := rt.Set(ctx, bad.s, "email", "e"); return err }},
+			"Set node":      {"node", func() error { _, err := rt.Set(ctx, ex.ID, bad.s, "e"); return err }},
+			"SetMany node":  {"node", func() error { _, err := rt.SetMany(ctx, ex.ID, map[string]any{"email": "e", bad.s: 1}); return err }},
+			"Unset node":    {"node", func() error { _, err := rt.Unset(ctx, ex.ID, bad.s); return err }},
+			"Get id":        {"execution id", func() error { _, err := rt.Get(ctx, bad.s, "name"); return err }},
+			"Get node":      {"node", func() error { _, err := rt.Get(ctx, ex.ID, bad.s); return err }},
+			"Load":          {"execution id", func() error { _, err := rt.Load(ctx, bad.s); return err }},
+			"Values":        {"execution id", func() error { _, err := rt.Values(ctx, bad.s); return err }},
+			"Computations":  {"execution id", func() error { _, err := rt.Computations(ctx, bad.s); return err }},
+			"History":       {"execution id", func() error { _, err := rt.History(ctx, bad.s); return err }},
+			"Notifications": {"execution id", func() error { _, err := rt.Notifications(ctx, bad.s); return err }},
+			"Summarize":     {"execution id", func() error { _, err := rt.Summarize(ctx, bad.s); return err }},
+			"Archive":       {"execution id", func() error { return rt.Archive(ctx, bad.s) }},
+			"Unarchive":     {"execution id", func() error { return rt.Unarchive(ctx, bad.s) }},
+			"Retry id":      {"execution id", func() error { return rt.Retry(ctx, bad.s, "greeting") }},
+			"Retry node":    {"node", func() error { return rt.Retry(ctx, ex.ID, bad.s) }},
+			"List graph":    {"ListQuery.Graph", func() error { return list(journey.ListQuery{Graph: bad.s}) }},
+			"List version":  {"ListQuery.Version", func() error { return list(journey.ListQuery{Version: bad.s}) }},
+			"List order":    {"ListQuery.OrderBy", func() error { return list(journey.ListQuery{OrderBy: bad.s}) }},
+			"List filter":   {"the node of a filter", func() error { return list(journey.ListQuery{Filters: []journey.Filter{journey.Eq(bad.s, 1)}}) }},
+			"Count filter": {"the node of a filter", func() error {
+				_, err := rt.Count(ctx, journey.ListQuery{Filters: []journey.Filter{journey.IsSet(bad.s)}})
+				return err
+			}},
+		}
+		for entry, e := range entries {
+			err := e.call()
+			var te *journey.TextError
+			require.ErrorIs(t, err, journey.ErrInvalidText, "%s, %s", bad.name, entry)
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, e.field, te.Field, "%s, %s", bad.name, entry)
+			require.Equal(t, bad.rule, te.Rule, "%s, %s", bad.name, entry)
+			require.NotContains(t, err.Error(), "SQLSTATE")
+		}
+	}
+	// A filter's value is JSON, where a NUL is refused as in any value.
+	err = list(journey.ListQuery{Filters: []journey.Filter{journey.Eq("name", "a\x00b")}})
+	require.ErrorIs(t, err, journey.ErrInvalidValue)
+	require.ErrorContains(t, err, `the value of the filter on node "name": it holds a NUL character`)
+	err = list(journey.ListQuery{Filters: []journey.Filter{journey.In("name", "ok", "a\x00b")}})
+	require.ErrorIs(t, err, journey.ErrInvalidValue)
+
+	after, err := rt.Load(ctx, ex.ID)
+	require.NoError(t, err)
+	require.Equal(t, before.Revision, after.Revision, "nothing was written")
+	n, err := rt.Count(ctx, journey.ListQuery{IncludeArchived: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
 }

@@ -110,8 +110,7 @@ func (u *ui) fail(w http.ResponseWriter, r *http.Request, err error, back string
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
 		status = http.StatusNotFound
-	case errors.Is(err, persistence.ErrBadRequest), errors.Is(err, persistence.ErrUnknownGraph),
-		errors.Is(err, persistence.ErrUnknownNode):
+	case badInput(err):
 		status = http.StatusBadRequest
 	case errors.Is(err, persistence.ErrNotFailed):
 		status = http.StatusConflict
@@ -119,6 +118,18 @@ func (u *ui) fail(w http.ResponseWriter, r *http.Request, err error, back string
 		u.opts.Logger.Error("a dashboard page failed", "path", r.URL.Path, "error", err)
 	}
 	u.render(w, r, "error", http.StatusText(status), status, errorPage{Message: err.Error(), Back: back})
+}
+
+// badInput reports whether err is the store refusing what the request asked: a bad filter or
+// cursor, an unknown graph or node, or text or a value that cannot reach PostgreSQL.
+func badInput(err error) bool {
+	for _, bad := range []error{persistence.ErrBadRequest, persistence.ErrUnknownGraph, persistence.ErrUnknownNode,
+		persistence.ErrInvalidText, persistence.ErrInvalidValue} {
+		if errors.Is(err, bad) {
+			return true
+		}
+	}
+	return false
 }
 
 // overviewPage is the data of the overview.
@@ -214,8 +225,7 @@ func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
 				p.Next[k] = v
 			}
 		}
-	case errors.As(err, new(inputError)), errors.Is(err, persistence.ErrBadRequest),
-		errors.Is(err, persistence.ErrUnknownGraph), errors.Is(err, persistence.ErrUnknownNode):
+	case errors.As(err, new(inputError)), badInput(err):
 		p.Error, status = err.Error(), http.StatusBadRequest
 	default:
 		u.fail(w, r, err, "")

@@ -368,6 +368,11 @@ func TestBadInputIsShownAndChangesNothing(t *testing.T) {
 		"/executions?version=v1":         `a version (&#34;v1&#34;) needs a graph name too`,
 		"/executions/NOPE":               `execution not found: &#34;NOPE&#34;`,
 		"/executions/NOPE/retry?node=ch": `Method Not Allowed`,
+		// Text that cannot reach PostgreSQL is refused before SQL, naming the field.
+		"/executions?graph=a%00b":    `invalid text: graph &#34;a\x00b&#34;: it holds a NUL character (byte 1)`,
+		"/executions?graph=%FF":      `invalid text: graph &#34;\xff&#34;: it is not valid UTF-8`,
+		"/executions/a%00b":          `invalid text: execution id &#34;a\x00b&#34;`,
+		"/executions?where=ch%3D%00": `invalid value: the value of the filter on node &#34;ch&#34;: it holds a NUL character`,
 	} {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
 		require.NoError(t, err)

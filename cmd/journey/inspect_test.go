@@ -300,6 +300,12 @@ func TestRetryRunsTheNodeAgain(t *testing.T) {
 		{[]string{"retry", b.okID, "charge"}, `node "charge" of ` + b.okID + ` is SUCCESS (attempt 1)`},
 		{[]string{"retry", b.failedID, "receipt"}, `node "receipt" of ` + b.failedID + ` has never run`},
 		{[]string{"archive", "NOPE"}, `execution not found: "NOPE"`},
+		// Arguments that cannot reach PostgreSQL are refused before SQL.
+		{[]string{"retry", "a\xffb", "charge"}, `invalid text: execution id "a\xffb": it is not valid UTF-8 (byte 1 is 0xff)`},
+		{[]string{"retry", b.failedID, "ch\xff"}, `invalid text: node "ch\xff": it is not valid UTF-8`},
+		{[]string{"archive", "a\xffb"}, `invalid text: execution id "a\xffb"`},
+		{[]string{"executions", "show", "a\xffb"}, `invalid text: execution id "a\xffb"`},
+		{[]string{"executions", "list", "-graph", "\xff"}, `invalid text: graph "\xff"`},
 	} {
 		code, stdout, stderr := b.ops(t, tc.args...)
 		require.Equal(t, 1, code, "%v", tc.args)

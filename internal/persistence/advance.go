@@ -71,6 +71,9 @@ func (r valueRow) toValue() graph.Value {
 // execution is locked, as the lock order demands.
 func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error,
 	fn func(ctx context.Context, tx *txn, st *execState) error) error {
+	if err := CheckText("execution id", id); err != nil {
+		return err
+	}
 	var done []*execState
 	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		if before != nil {

@@ -257,6 +257,9 @@ func (s *Store) setStartValues(ctx context.Context, tx *txn, states []*execState
 
 // LoadExecution reads an execution.
 func (s *Store) LoadExecution(ctx context.Context, id string) (*Execution, error) {
+	if err := CheckText("execution id", id); err != nil {
+		return nil, err
+	}
 	exec := new(Execution)
 	err := s.db.NewRaw(s.q("SELECT * FROM {s}.executions WHERE id = ?"), id).Scan(ctx, exec)
 	if isNoRows(err) {
@@ -287,6 +290,20 @@ type Setting struct {
 	Unset []string
 }
 
+// Check returns a *TextError if the setting's execution id or one of its node names cannot go
+// into SQL.
+func (set Setting) Check() error {
+	if err := CheckText("execution id", set.ID); err != nil {
+		return err
+	}
+	for _, node := range slices.Concat(slices.Sorted(maps.Keys(set.Set)), set.Unset) {
+		if err := CheckText("node", node); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // SetValuesOf makes the writes of SetValues to several executions in one transaction, each
 // execution at most once, and returns their revisions afterwards, in order. An error fails them
 // all, and nothing is written.
@@ -301,6 +318,9 @@ func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step
 	var w valueWrites
 	ids := make([]string, len(settings))
 	for i, set := range settings {
+		if err := set.Check(); err != nil {
+			return nil, err
+		}
 		ids[i] = set.ID
 		for _, name := range slices.Sorted(maps.Keys(set.Set)) {
 			w.add(set.ID, name, set.Set[name], set.Meta, 0)
@@ -432,11 +452,14 @@ type NodeRef struct{ ID, Node string }
 // returns is the statement's.
 func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []error, error) {
 	ids, nodes := make([]string, len(refs)), make([]string, len(refs))
-	for i, r := range refs {
-		ids[i], nodes[i] = r.ID, r.Node
-	}
 	states, errs := make([]NodeState, len(refs)), make([]error, len(refs))
 	found := make([]bool, len(refs))
+	for i, r := range refs {
+		ids[i], nodes[i] = r.ID, r.Node
+		if errs[i] = checkTexts("execution id", r.ID, "node", r.Node); errs[i] != nil {
+			ids[i], nodes[i], found[i] = "", "", true // no execution has an empty id
+		}
+	}
 	err := withPgx(ctx, s.db, func(pg *pgx.Conn) error {
 		rows, err := pg.Query(ctx, s.q(`SELECT l.ord, e.graph_name, e.graph_version, e.revision,
 				v.value, v.metadata, v.revision, v.set_at, c.id, c.state, c.attempt, c.error

@@ -94,6 +94,9 @@ func (s *Store) RecordGraphs(ctx context.Context) error {
 
 // LoadGraphVersion reads the recorded graph version, or returns ErrUnknownGraph.
 func (s *Store) LoadGraphVersion(ctx context.Context, name, version string) (*GraphVersion, error) {
+	if err := checkTexts("graph", name, "version", version); err != nil {
+		return nil, err
+	}
 	var rows []GraphVersion
 	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.graph_versions WHERE graph_name = ? AND graph_version = ?`),
 		name, version).Scan(ctx, &rows)

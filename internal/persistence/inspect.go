@@ -271,6 +271,12 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 
 // checkFilter reports what in f names nothing that exists.
 func (s *Store) checkFilter(ctx context.Context, f ExecutionFilter) error {
+	if err := checkTexts("graph", f.Graph, "version", f.Version, "state", f.State); err != nil {
+		return err
+	}
+	if err := checkFilters(f.Where); err != nil {
+		return err
+	}
 	if f.State != "" && !slices.Contains(ExecStates, f.State) {
 		return fmt.Errorf("%w: unknown state %q: use one of %s", ErrBadRequest, f.State, strings.Join(ExecStates, ", "))
 	}
@@ -356,6 +362,9 @@ type ExecutionDetail struct {
 // recorded graph version), every attempt, its notifications with their deliveries, its history
 // and its requests. Every read is an index lookup on the execution id.
 func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error) {
+	if err := CheckText("execution id", id); err != nil {
+		return nil, err
+	}
 	d := &ExecutionDetail{}
 	var rows []ExecutionRow
 	err := s.db.NewRaw(s.q(`SELECT e.id, e.graph_name, e.graph_version, e.revision, e.created_at, e.updated_at,
@@ -474,6 +483,9 @@ func (s *Store) ReplicaStatuses(ctx context.Context) ([]ReplicaStatus, error) {
 
 // ServedBy lists the live replicas that serve graph key (name@version).
 func (s *Store) ServedBy(ctx context.Context, key string) ([]string, error) {
+	if err := CheckText("graph key", key); err != nil {
+		return nil, err
+	}
 	var ids []string
 	err := s.db.NewRaw(s.q(`SELECT replica_id FROM {s}.replica_heartbeats
 		WHERE ? = ANY(graphs) AND last_heartbeat >= coalesce(?::timestamptz, now()) - stale_after_ms * interval '1 millisecond'

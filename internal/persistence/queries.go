@@ -40,6 +40,9 @@ func (s *Store) archive(ctx context.Context, tx *txn, st *execState, archived bo
 
 // Retry gives a node that used up its attempts a fresh budget: a new first attempt.
 func (s *Store) Retry(ctx context.Context, id, node string) error {
+	if err := CheckText("node", node); err != nil {
+		return err
+	}
 	return s.write(ctx, id, nil, func(ctx context.Context, tx *txn, st *execState) error {
 		return s.retry(ctx, tx, st, node)
 	})
@@ -182,8 +185,30 @@ type ListQuery struct {
 // Columns that ListQuery.OrderBy may name.
 var orderColumns = map[string]bool{"id": true, "created_at": true, "updated_at": true, "revision": true}
 
+// checkFilters returns a *TextError if the node of a filter cannot go into SQL, and an error
+// wrapping ErrInvalidValue if its value cannot.
+func checkFilters(filters []Filter) error {
+	for _, f := range filters {
+		if err := CheckText("the node of a filter", f.Node); err != nil {
+			return err
+		}
+		for _, v := range append([]json.RawMessage{f.Value}, f.In...) {
+			if err := CheckValue(v, 0); err != nil {
+				return fmt.Errorf("%w: the value of the filter on node %q: %w", ErrInvalidValue, f.Node, err)
+			}
+		}
+	}
+	return nil
+}
+
 // where builds the FROM and WHERE clauses of a listing.
 func (s *Store) where(q ListQuery) (string, []any, error) {
+	if err := checkTexts("ListQuery.Graph", q.Graph, "ListQuery.Version", q.Version, "ListQuery.OrderBy", q.OrderBy); err != nil {
+		return "", nil, err
+	}
+	if err := checkFilters(q.Filters); err != nil {
+		return "", nil, err
+	}
 	var b strings.Builder
 	var args []any
 	b.WriteString(s.q(" FROM {s}.executions e"))

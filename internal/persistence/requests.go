@@ -43,6 +43,9 @@ var ErrBadRequest = errors.New("journey: request refused")
 // that its graph version is recorded, and, for a retry, that the node exists and has used up its
 // attempts. A replica that serves the graph carries it out (see CarryOut).
 func (s *Store) Ask(ctx context.Context, id, action, node string) (*Request, error) {
+	if err := CheckText("node", node); err != nil {
+		return nil, err
+	}
 	exec, err := s.LoadExecution(ctx, id)
 	if err != nil {
 		return nil, err

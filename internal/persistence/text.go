@@ -3,6 +3,7 @@ package persistence
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -51,19 +52,71 @@ func prefix(s string, n int) string {
 
 // checkKey reports why k, a concurrency key, cannot be stored: it is longer than maxKeyBytes, it
 // is not valid UTF-8, or it holds a NUL character. The error says which; the caller names the key.
-func checkKey(k string) error {
-	if len(k) > maxKeyBytes {
-		return fmt.Errorf("it is %d bytes long, over the limit of %d", len(k), maxKeyBytes)
+func checkKey(k string) error { return checkString(k, maxKeyBytes) }
+
+// checkString reports why s cannot be PostgreSQL text of at most max bytes: it is longer, it is
+// not valid UTF-8, or it holds a NUL character. The error says which, and where.
+func checkString(s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("it is %d bytes long, over the limit of %d", len(s), max)
 	}
-	for i := 0; i < len(k); {
-		r, size := utf8.DecodeRuneInString(k[i:])
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
-			return fmt.Errorf("it is not valid UTF-8 (byte %d is 0x%02x)", i, k[i])
+			return fmt.Errorf("it is not valid UTF-8 (byte %d is 0x%02x)", i, s[i])
 		case r == 0:
 			return fmt.Errorf("it holds a NUL character (byte %d)", i)
 		}
 		i += size
+	}
+	return nil
+}
+
+// maxNameBytes caps an id, a name or a filter's text given to look something up, or to go into
+// a statement: no id or name the runtime stores is longer.
+const maxNameBytes = 1 << 10
+
+// ErrInvalidText means a string given to the store cannot reach PostgreSQL: a TextError says
+// which, and why.
+var ErrInvalidText = errors.New("journey: invalid text")
+
+// TextError is a string refused before SQL: it holds a NUL character, is not valid UTF-8, or is
+// longer than any id or name the runtime stores. Nothing was read or written.
+type TextError struct {
+	Field string // what the string is: "execution id", "node", "ListQuery.Graph", …
+	Value string // the string, quoted and cut for the message
+	Rule  string // why it was refused
+}
+
+func (e *TextError) Error() string {
+	return fmt.Sprintf("%v: %s %s: %s; it must be valid UTF-8 with no NUL character, at most %d bytes",
+		ErrInvalidText, e.Field, e.Value, e.Rule, maxNameBytes)
+}
+
+// Unwrap makes a TextError match ErrInvalidText.
+func (e *TextError) Unwrap() error { return ErrInvalidText }
+
+// CheckText returns a *TextError if s, named field, cannot go into SQL (see TextError).
+func CheckText(field, s string) error {
+	err := checkString(s, maxNameBytes)
+	if err == nil {
+		return nil
+	}
+	quoted := strconv.Quote(prefix(s, 40))
+	if len(s) > 40 {
+		quoted += "…"
+	}
+	return &TextError{Field: field, Value: quoted, Rule: err.Error()}
+}
+
+// checkTexts checks pairs of a field's name and its string, in order, and returns the first
+// error.
+func checkTexts(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := CheckText(pairs[i], pairs[i+1]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
