@@ -41,7 +41,8 @@ type source struct {
 func (s source) name() string { return s.number + "_" + s.comment }
 
 // Migrate brings schema up to date with the embedded migrations. It creates the schema if needed
-// and applies, in order, each migration not yet applied there, each in its own transaction.
+// and applies, in order, each migration not yet applied there, each in its own transaction. On a
+// schema that is up to date, it only reads: no DDL and no lock.
 // Bun's bookkeeping tables live in the schema too (<schema>.bun_migrations and
 // <schema>.bun_migration_locks).
 //
@@ -101,6 +102,15 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 	if err := ValidSchema(schema); err != nil {
 		return nil, fmt.Errorf("migrating: %w", err)
 	}
+	quoted := pgx.Identifier{schema}.Sanitize()
+	done, err := upToDate(ctx, db, schema, sources)
+	if err != nil {
+		return nil, err
+	}
+	if done {
+		logger.Debug("schema is up to date")
+		return nil, nil
+	}
 	if db.DB.Stats().MaxOpenConnections == 1 {
 		return nil, errors.New("migrating: the database allows one open connection, and migrating needs two " +
 			"(one holds the migration lock): raise SetMaxOpenConns")
@@ -112,7 +122,6 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 	}
 	defer unlock()
 
-	quoted := pgx.Identifier{schema}.Sanitize()
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoted); err != nil {
 		return nil, fmt.Errorf("creating schema %s: %w", schema, err)
 	}
@@ -150,6 +159,59 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 		logger.Debug("schema is up to date")
 	}
 	return applied, nil
+}
+
+// upToDate reports whether every migration of sources is applied to schema, with reads alone:
+// then Migrate runs no DDL and takes no lock, so that a role with no right to create anything
+// (see Grant) can start a replica on an up-to-date schema.
+func upToDate(ctx context.Context, db *bun.DB, schema string, sources []source) (bool, error) {
+	table := pgx.Identifier{schema, "bun_migrations"}.Sanitize()
+	var exists bool
+	if err := db.DB.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
+		return false, fmt.Errorf("migrating schema %s: looking for its migrations table: %w", schema, err)
+	}
+	if !exists {
+		return false, nil
+	}
+	names := make([]string, len(sources))
+	for i, src := range sources {
+		names[i] = src.number
+	}
+	var applied int
+	err := db.DB.QueryRowContext(ctx, "SELECT count(DISTINCT name) FROM "+table+" WHERE name = ANY($1)", names).Scan(&applied)
+	if err != nil {
+		return false, fmt.Errorf("migrating schema %s: reading its applied migrations: %w", schema, err)
+	}
+	return applied == len(names), nil
+}
+
+// Grant gives role what a replica, the CLI's commands and the dashboard need in schema, and no
+// more: USAGE on the schema; SELECT, INSERT, UPDATE and DELETE on journey's tables; SELECT on
+// the migrations' own tables, so that New finds the schema up to date; USAGE on the sequences.
+// Not CREATE: the runtime runs no DDL on an up-to-date schema. The functions it calls are
+// PostgreSQL's own, which every role may execute. Run it again after each migration, for the
+// tables that one adds.
+func Grant(ctx context.Context, db *bun.DB, schema, role string) error {
+	if err := ValidSchema(schema); err != nil {
+		return fmt.Errorf("granting: %w", err)
+	}
+	s, r := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
+	tx, err := db.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, stmt := range []string{
+		"GRANT USAGE ON SCHEMA " + s + " TO " + r,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + s + " TO " + r,
+		"REVOKE INSERT, UPDATE, DELETE ON " + s + ".bun_migrations, " + s + ".bun_migration_locks FROM " + r,
+		"GRANT USAGE ON ALL SEQUENCES IN SCHEMA " + s + " TO " + r,
+	} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("granting role %s what it needs in schema %s (%s): %w", role, schema, stmt, err)
+		}
+	}
+	return tx.Commit()
 }
 
 // up returns the function that applies s: in one transaction, with search_path set to the

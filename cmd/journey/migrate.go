@@ -13,16 +13,24 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
+	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/migrations"
 )
 
 const migrateDescription = `migrate creates the schema if needed and applies the pending migrations to the database at
-$DATABASE_URL. Several processes may run it at once: one migrates, the others wait for it.`
+$DATABASE_URL. Several processes may run it at once: one migrates, the others wait for it.
+
+Run it as the role that owns the schema. With -grant ROLE, it then gives ROLE, the role the
+replicas connect as, what they need and no more: USAGE on the schema, SELECT, INSERT, UPDATE
+and DELETE on journey's tables, SELECT on the migrations' tables, USAGE on the sequences; not
+CREATE. A replica as that role migrates nothing: start it once the schema is up to date. Run
+migrate -grant again after each upgrade, for the tables a migration adds.`
 
 // runMigrate implements "journey migrate".
 func runMigrate(ctx context.Context, env *environment, args []string) int {
-	fs := newFlagSet(env, "migrate", "[-schema name] [-timeout duration]", migrateDescription)
+	fs := newFlagSet(env, "migrate", "[-schema name] [-grant role] [-timeout duration]", migrateDescription)
 	schema := fs.String("schema", "journey", "the PostgreSQL `schema` that holds journey's tables")
+	grant := fs.String("grant", "", "then grant `role` what the replicas, the CLI and the dashboard need (its exact name)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long, waiting for the lock included")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -57,10 +65,20 @@ func runMigrate(ctx context.Context, env *environment, args []string) int {
 	}
 	if len(applied) == 0 {
 		fmt.Fprintf(env.stdout, "schema %s is up to date\n", *schema)
-		return 0
 	}
 	for _, name := range applied {
 		fmt.Fprintf(env.stdout, "applied %s\n", name)
+	}
+	if *grant != "" {
+		if err := persistence.CheckText("-grant", *grant); err != nil {
+			fmt.Fprintf(env.stderr, "journey migrate: %v\n", err)
+			return 2
+		}
+		if err := migrations.Grant(ctx, db, *schema, *grant); err != nil {
+			fmt.Fprintf(env.stderr, "journey migrate: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(env.stdout, "granted role %s what the replicas need in schema %s\n", *grant, *schema)
 	}
 	return 0
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/journeyui"
+)
+
+// runAs runs a journey command with DATABASE_URL set to dbURL.
+func runAs(t *testing.T, dbURL string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	env := &environment{stdout: &stdout, stderr: &stderr, logger: slog.New(slog.DiscardHandler),
+		getenv: func(name string) string {
+			if name == "DATABASE_URL" {
+				return dbURL
+			}
+			return os.Getenv(name)
+		}}
+	code := run(t.Context(), env, args)
+	return code, stdout.String(), stderr.String()
+}
+
+// A role given only what `journey migrate -grant` grants runs a replica (whose New migrates
+// nothing on the up-to-date schema), the CLI's read commands and the dashboard. It can create
+// nothing in the schema.
+func TestLeastPrivilegeRole(t *testing.T) {
+	t.Parallel()
+	owner, schema := pgtest.URL(t), pgtest.Schema(t)
+	role := "jt_runtime_" + strings.ToLower(rand.Text()[:8])
+	db := pgtest.DB(t)
+	_, err := db.ExecContext(t.Context(), "CREATE ROLE "+role+" LOGIN")
+	require.NoError(t, err)
+	t.Cleanup(func() { // before the schema's drop: DROP OWNED revokes the role's grants
+		_, err := db.ExecContext(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role)
+		assert.NoError(t, err)
+	})
+	u, err := url.Parse(owner)
+	require.NoError(t, err)
+	u.User = url.User(role)
+	asRole := u.String()
+
+	code, _, stderr := runAs(t, owner, "migrate", "-schema", schema, "-grant", "jt_no_such_role")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `role "jt_no_such_role" does not exist`)
+	code, stdout, stderr := runAs(t, owner, "migrate", "-schema", schema, "-grant", role)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "granted role "+role)
+
+	var create bool
+	require.NoError(t, db.QueryRowContext(t.Context(), "SELECT has_schema_privilege($1, $2, 'CREATE')", role, schema).Scan(&create))
+	require.False(t, create, "the runtime role cannot create in the schema")
+
+	g := shopGraph(new(atomic.Bool), new(atomic.Int64))
+	rt := startRuntime(t, journey.Config{DatabaseURL: asRole, Schema: schema, Graphs: []*graph.Graph{g},
+		ReplicaID: "least-privilege", PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ex, err := rt.Start(t.Context(), g, journey.WithValues(map[string]any{"order": "good"}))
+	require.NoError(t, err)
+	v, err := rt.Get(t.Context(), ex.ID, "receipt", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, "receipt for charged good", v.String())
+
+	for _, args := range [][]string{{"graphs"}, {"executions", "list"}, {"executions", "show", ex.ID}, {"replicas"}} {
+		code, stdout, stderr := runAs(t, asRole, append(args, "-schema", schema)...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+		require.NotEmpty(t, stdout, "%v", args)
+	}
+
+	cfg, err := pgx.ParseConfig(asRole)
+	require.NoError(t, err)
+	uiDB := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = uiDB.Close() })
+	h, err := journeyui.Handler(t.Context(), journeyui.Options{DB: uiDB, Schema: schema})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for _, path := range []string{"/", "/executions", "/executions/" + ex.ID, "/replicas"} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, fmt.Sprintf("GET %s as %s", path, role))
+	}
+}
