@@ -32,6 +32,9 @@ var (
 	// is over 1 KiB, longer than any id or name stored. It is refused before any SQL, and the
 	// error is a *TextError, which names the field and the rule.
 	ErrInvalidText = persistence.ErrInvalidText
+	// ErrIncompatibleVersions means MoveVersion refused: the newer version does not keep every
+	// node of the older, of the same kind.
+	ErrIncompatibleVersions = persistence.ErrIncompatibleVersions
 	// ErrStopped means the runtime was stopped.
 	ErrStopped = errors.New("journey: runtime stopped")
 )

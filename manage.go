@@ -45,6 +45,20 @@ func (r *Runtime) Retry(ctx context.Context, id, node string) error {
 	return r.store.Retry(ctx, id, node)
 }
 
+// MoveVersion moves every execution of graph name at version from to version to, and returns how
+// many it moved: the way out for executions that a deploy left on a version that no replica
+// serves any more (journey graphs shows them STRANDED). to must keep every node of from, under
+// the same name and of the same kind, and may add nodes; both must have been served by a replica
+// (to by this one, say), and no live replica may serve from any more. Otherwise it fails,
+// naming why (ErrIncompatibleVersions, ErrUnknownGraph), and changes nothing. The moved
+// executions advance by the gates of to at the next sweep.
+func (r *Runtime) MoveVersion(ctx context.Context, name, from, to string) (int64, error) {
+	if err := r.check(); err != nil {
+		return 0, err
+	}
+	return r.store.MoveVersion(ctx, name, from, to)
+}
+
 // HistoryEntry is one change of one value.
 type HistoryEntry struct {
 	Node string

@@ -123,11 +123,53 @@ func orDash(s *string) string {
 }
 
 const graphsDescription = `graphs lists the graph versions that replicas have served, with the live replicas that
-serve each and the count of its executions, in all and by state.`
+serve each and the count of its executions, in all and by state. A version that no live replica
+serves shows since when (UNSERVED SINCE); if executions of it have work left (running or waiting
+to run, the JSON's "waiting"), it is STRANDED: only a replica that serves that version can run
+that work. Keep or start such a replica until the version drains, or move its executions to a
+compatible version with "journey graphs move".`
+
+// runGraphsMove implements "journey graphs move NAME FROM TO".
+func runGraphsMove(ctx context.Context, env *environment, args []string) int {
+	fs, of := newOpsFlagSet(env, "graphs move", "NAME FROM TO [-schema name]",
+		"move moves every execution of graph NAME at version FROM to version TO, which must keep every node of FROM, "+
+			"of the same kind, and may add nodes; no live replica may serve FROM any more. The executions advance by "+
+			"the gates of TO at the next sweep of a replica that serves it.")
+	pos, code, ok := parseArgs(env, fs, args, "NAME", "FROM", "TO")
+	if !ok {
+		return code
+	}
+	store, closeDB, ok := openStore(ctx, env, "graphs move", *of.schema)
+	if !ok {
+		return 1
+	}
+	defer closeDB()
+	n, err := store.MoveVersion(ctx, pos[0], pos[1], pos[2])
+	if err != nil {
+		return fail(env, "graphs move", err)
+	}
+	fmt.Fprintf(env.stdout, "moved %d execution(s) of graph %q from version %q to %q\n", n, pos[0], pos[1], pos[2])
+	return 0
+}
+
+// unserved is the UNSERVED SINCE column of a graph version: "-" while a live replica serves it,
+// else since when none has, and STRANDED with the executions that wait, if any.
+func unserved(g persistence.GraphSummary) string {
+	switch {
+	case g.UnservedSince == nil:
+		return "-"
+	case g.Stranded:
+		return fmt.Sprintf("%s STRANDED: %d waiting", at(g.UnservedSince), g.Waiting)
+	}
+	return at(g.UnservedSince)
+}
 
 // runGraphs implements "journey graphs".
 func runGraphs(ctx context.Context, env *environment, args []string) int {
-	fs, of := newOpsFlagSet(env, "graphs", "[-schema name] [-json]", graphsDescription)
+	if len(args) > 0 && args[0] == "move" {
+		return runGraphsMove(ctx, env, args[1:])
+	}
+	fs, of := newOpsFlagSet(env, "graphs", "[-schema name] [-json] | move NAME FROM TO", graphsDescription)
 	if _, code, ok := parseArgs(env, fs, args); !ok {
 		return code
 	}
@@ -151,9 +193,10 @@ func runGraphs(ctx context.Context, env *environment, args []string) int {
 		}
 		rows = append(rows, []string{g.Name, g.Version, fmt.Sprint(len(g.Nodes)), replicas, fmt.Sprint(g.Executions),
 			fmt.Sprint(g.States[persistence.ExecFailed]), fmt.Sprint(g.States[persistence.ExecRunning]),
-			fmt.Sprint(g.States[persistence.ExecWaiting]), fmt.Sprint(g.States[persistence.ExecArchived]), at(&g.LastSeenAt)})
+			fmt.Sprint(g.States[persistence.ExecWaiting]), fmt.Sprint(g.States[persistence.ExecArchived]), at(&g.LastSeenAt),
+			unserved(g)})
 	}
-	table(env.stdout, "GRAPH\tVERSION\tNODES\tREPLICAS\tEXECUTIONS\tFAILED\tRUNNING\tWAITING\tARCHIVED\tLAST SEEN", rows)
+	table(env.stdout, "GRAPH\tVERSION\tNODES\tREPLICAS\tEXECUTIONS\tFAILED\tRUNNING\tWAITING\tARCHIVED\tLAST SEEN\tUNSERVED SINCE", rows)
 	return 0
 }
 

@@ -3,9 +3,12 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
@@ -108,4 +111,100 @@ func (s *Store) LoadGraphVersion(ctx context.Context, name, version string) (*Gr
 			ErrUnknownGraph, name, version, s.schema)
 	}
 	return &rows[0], nil
+}
+
+// ErrIncompatibleVersions means executions cannot move from one graph version to another: the
+// newer does not keep every node of the older, of the same kind.
+var ErrIncompatibleVersions = errors.New("journey: incompatible graph versions")
+
+// MoveVersion moves every execution of graph name at version from to version to, and returns how
+// many it moved: the way out for executions that a deploy left on a version no replica serves any
+// more. The versions must be compatible: to keeps every node of from, under the same name and of
+// the same kind, and may add nodes; gates may change. Both must be recorded (a replica has served
+// them), and no live replica may serve from any more, whose attempts would then belong to a
+// version it does not serve. Otherwise it refuses, naming why, and changes nothing.
+//
+// The executions' attempts move with them, and each execution is advanced at the next sweep (its
+// wake time is now), where the gates of to decide what runs next; a NOTIFY tells the replicas
+// that serve to of the work already waiting.
+func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, error) {
+	if err := checkTexts("graph", name, "version", from, "version", to); err != nil {
+		return 0, err
+	}
+	if from == to {
+		return 0, fmt.Errorf("%w: graph %q: the versions to move from and to are both %q", ErrIncompatibleVersions, name, from)
+	}
+	old, err := s.LoadGraphVersion(ctx, name, from)
+	if err != nil {
+		return 0, err
+	}
+	next, err := s.LoadGraphVersion(ctx, name, to)
+	if err != nil {
+		return 0, err
+	}
+	var problems []string
+	for _, n := range old.Nodes {
+		kept, ok := next.Node(n.Name)
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("node %q is not in version %q", n.Name, to))
+		case kept.Kind != n.Kind:
+			problems = append(problems, fmt.Sprintf("node %q is a %s in version %q and a %s in %q", n.Name, n.Kind, from, kept.Kind, to))
+		}
+	}
+	if len(problems) > 0 {
+		return 0, fmt.Errorf("%w: graph %q cannot move from version %q to %q: %s; a version that its executions can move to keeps "+
+			"every node, of the same kind, and may add nodes", ErrIncompatibleVersions, name, from, to, strings.Join(problems, "; "))
+	}
+	serving, err := s.ServedBy(ctx, GraphKey(name, from))
+	if err != nil {
+		return 0, err
+	}
+	if len(serving) > 0 {
+		return 0, fmt.Errorf("%w: graph %q version %q is still served by replica(s) %s: stop them first (their work "+
+			"would belong to a version they do not serve), or let them drain it", ErrBadRequest, name, from, strings.Join(serving, ", "))
+	}
+	var moved int64
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		err := tx.NewRaw(s.q(`WITH moved AS (UPDATE {s}.executions
+				SET graph_version = ?, wake_at = coalesce(?::timestamptz, now()), updated_at = coalesce(?::timestamptz, now())
+				WHERE graph_name = ? AND graph_version = ? RETURNING id),
+			attempts AS (UPDATE {s}.computations c SET graph_key = ?
+				WHERE c.execution_id IN (SELECT id FROM moved) AND c.graph_key = ?)
+			SELECT count(*) FROM moved`),
+			to, s.clock.NowOrNil(), s.clock.NowOrNil(), name, from, GraphKey(name, to), GraphKey(name, from)).Scan(ctx, &moved)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "SELECT pg_notify(?, ?)", s.channel, PayloadWork)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("moving the executions of graph %q from version %q to %q: %w", name, from, to, err)
+	}
+	return moved, nil
+}
+
+// StrandedVersion is a graph version whose executions have work left, running or waiting to
+// run, that no live replica serves.
+type StrandedVersion struct {
+	Key        string `bun:"graph_key"`  // name@version
+	Executions int64  `bun:"executions"` // with work left
+}
+
+// Stranded lists the graph versions that no live replica serves, while executions of theirs have
+// work left. It reads the active attempts alone, through their partial indexes.
+func (s *Store) Stranded(ctx context.Context) ([]StrandedVersion, error) {
+	var out []StrandedVersion
+	err := s.db.NewRaw(s.q(`SELECT a.graph_key, count(DISTINCT a.execution_id) AS executions FROM (
+			SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'AVAILABLE'
+			UNION ALL SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'PENDING'
+			UNION ALL SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'RUNNING') a
+		WHERE NOT EXISTS (SELECT 1 FROM {s}.replica_heartbeats r WHERE a.graph_key = ANY(r.graphs)
+			AND r.last_heartbeat >= coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond')
+		GROUP BY a.graph_key ORDER BY a.graph_key`), s.clock.NowOrNil()).Scan(ctx, &out)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("looking for stranded graph versions: %w", err)
+	}
+	return out, nil
 }

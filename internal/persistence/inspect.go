@@ -60,6 +60,21 @@ type GraphSummary struct {
 	Executions int64 `bun:"executions" json:"executions"`
 	// States counts its executions in the states archived, failed, running and waiting.
 	States map[string]int64 `bun:"-" json:"states"`
+	// ServingReplicas is the number of live replicas that serve it (len(Replicas)).
+	ServingReplicas int `bun:"-" json:"serving_replicas"`
+	// Waiting counts its unarchived executions with work left: an attempt running or waiting
+	// to run. Only a replica that serves the version can run it.
+	Waiting int64 `bun:"-" json:"waiting"`
+	// UnservedSince, when no live replica serves the version, is when one last did: the last
+	// heartbeat of a replica that serves it, or its graceful stop. Nil while one serves it.
+	UnservedSince *time.Time `bun:"-" json:"unserved_since"`
+	// Stranded: work waits (Waiting > 0) and no live replica serves the version. Keep or start
+	// a replica that serves it until it drains, or move its executions to a compatible version
+	// (MoveVersion).
+	Stranded bool `bun:"-" json:"stranded"`
+
+	// LastBeat is the newest heartbeat of a replica that serves it, live or stale.
+	LastBeat *time.Time `bun:"last_beat" json:"-"`
 }
 
 // GraphSummaries lists the recorded graph versions, by name and then oldest first.
@@ -88,6 +103,8 @@ func (s *Store) graphSummaries(ctx context.Context, totals func(context.Context,
 				WHERE v.graph_name || '@' || v.graph_version = ANY(r.graphs)
 					AND r.last_heartbeat >= coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond'
 				ORDER BY r.replica_id) AS replicas,
+			(SELECT max(r.last_heartbeat) FROM {s}.replica_heartbeats r
+				WHERE v.graph_name || '@' || v.graph_version = ANY(r.graphs)) AS last_beat,
 			0 AS executions
 		FROM {s}.graph_versions v ORDER BY v.graph_name, v.first_seen_at, v.graph_version`), s.clock.NowOrNil()).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {
@@ -120,6 +137,16 @@ func (s *Store) graphSummaries(ctx context.Context, totals func(context.Context,
 			if c.Name == g.Name && c.Version == g.Version {
 				g.States[c.State] = c.N
 			}
+		}
+		g.ServingReplicas = len(g.Replicas)
+		g.Waiting = g.States[ExecRunning] + g.States[ExecWaiting]
+		if g.ServingReplicas == 0 {
+			since := g.LastSeenAt
+			if g.LastBeat != nil && g.LastBeat.After(since) {
+				since = *g.LastBeat
+			}
+			g.UnservedSince = &since
+			g.Stranded = g.Waiting > 0
 		}
 	}
 	return out, nil

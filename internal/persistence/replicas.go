@@ -40,13 +40,29 @@ func (s *Store) ReplicaHeartbeat(ctx context.Context, replicaID string, staleAft
 	return nil
 }
 
-// DeleteReplica removes a replica's row, at the end of a graceful stop.
+// DeleteReplica removes a replica's row, at the end of a graceful stop, and records that its
+// graph versions were served until now.
 func (s *Store) DeleteReplica(ctx context.Context, replicaID string) error {
-	_, err := s.db.NewRaw(s.q("DELETE FROM {s}.replica_heartbeats WHERE replica_id = ?"), replicaID).Exec(ctx)
+	var n int
+	err := s.db.NewRaw(s.q(deleteReplicasQuery("replica_id = ?", "coalesce(?::timestamptz, now())")),
+		replicaID, s.clock.NowOrNil()).Scan(ctx, &n)
 	if err != nil {
 		return fmt.Errorf("deleting replica %s: %w", replicaID, err)
 	}
 	return nil
+}
+
+// deleteReplicasQuery deletes the replica rows that match where, and refreshes the last_seen_at
+// of the graph versions they served to the time that at gives (an expression that may name the
+// deleted row's last_heartbeat as d.last_heartbeat): when a version loses its last replica, the
+// graph_versions row keeps when it was last served (see GraphSummary.UnservedSince). It returns
+// the number of rows deleted.
+func deleteReplicasQuery(where, at string) string {
+	return `WITH d AS (DELETE FROM {s}.replica_heartbeats WHERE ` + where + ` RETURNING graphs, last_heartbeat),
+		seen AS (SELECT g.key, max(` + at + `) AS at FROM d CROSS JOIN unnest(d.graphs) AS g(key) GROUP BY g.key),
+		refreshed AS (UPDATE {s}.graph_versions v SET last_seen_at = greatest(v.last_seen_at, seen.at)
+			FROM seen WHERE v.graph_name || '@' || v.graph_version = seen.key)
+		SELECT count(*) FROM d`
 }
 
 // Replicas lists the replicas that heartbeat in this schema, newest heartbeat first.

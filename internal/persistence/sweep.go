@@ -148,14 +148,12 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 		return res, err
 	}
 	if opts.ReplicaRetention > 0 {
-		r, err := s.db.NewRaw(s.q(`DELETE FROM {s}.replica_heartbeats
-			WHERE last_heartbeat < coalesce(?::timestamptz, now()) - ? * interval '1 millisecond'`),
-			s.clock.NowOrNil(), opts.ReplicaRetention.Milliseconds()).Exec(ctx)
+		err := s.db.NewRaw(s.q(deleteReplicasQuery(
+			"last_heartbeat < coalesce(?::timestamptz, now()) - ? * interval '1 millisecond'", "d.last_heartbeat")),
+			s.clock.NowOrNil(), opts.ReplicaRetention.Milliseconds()).Scan(ctx, &res.Pruned)
 		if err != nil {
 			return res, fmt.Errorf("pruning replica heartbeats: %w", err)
 		}
-		n, _ := r.RowsAffected()
-		res.Pruned = int(n)
 	}
 	if opts.Retention > 0 {
 		if res.Deleted, res.RetentionBehind, err = s.prune(ctx, opts.Retention, opts.Limit); err != nil {

@@ -28,6 +28,8 @@ const (
 	DefaultInterval         = 5 * time.Second
 	DefaultBatchSize        = 100
 	DefaultReplicaRetention = 24 * time.Hour
+	// DefaultStrandedEvery is how often the sweep lease holder looks for stranded graph versions.
+	DefaultStrandedEvery = time.Minute
 	// DefaultRetention is how long finished attempts, value history and delivered notifications
 	// are kept.
 	DefaultRetention = 7 * 24 * time.Hour
@@ -54,7 +56,11 @@ type Config struct {
 	// Retention: finished attempts (but the newest of each node), value history and delivered
 	// notifications older than this are deleted. Default 7 days; negative keeps them forever.
 	Retention time.Duration
-	Logger    *slog.Logger
+	// StrandedEvery is how often the replica that holds the sweep lease looks for executions
+	// with work left on a graph version that no live replica serves, and logs a warning for
+	// each such version. Default 1 minute.
+	StrandedEvery time.Duration
+	Logger        *slog.Logger
 	// Telemetry counts the abandonments. Default: none.
 	Telemetry *telemetry.Telemetry
 }
@@ -68,6 +74,8 @@ type Sweeper struct {
 	logger *slog.Logger
 	// sweeping is true while the last pass held the sweep lease.
 	sweeping atomic.Bool
+	// strandedAt is when the last look for stranded versions ran (see Config.StrandedEvery).
+	strandedAt time.Time
 }
 
 // New returns a Sweeper with defaults filled in.
@@ -83,6 +91,9 @@ func New(cfg Config) *Sweeper {
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
+	}
+	if cfg.StrandedEvery <= 0 {
+		cfg.StrandedEvery = DefaultStrandedEvery
 	}
 	if cfg.ReplicaRetention <= 0 {
 		cfg.ReplicaRetention = DefaultReplicaRetention
@@ -155,7 +166,27 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 	if res.Deleted > 0 {
 		s.logger.Debug("rows past their retention deleted", "count", res.Deleted)
 	}
+	s.warnStranded(ctx)
 	return res, nil
+}
+
+// warnStranded logs a warning for each graph version that no live replica serves while some of
+// its executions have work left, every StrandedEvery at most.
+func (s *Sweeper) warnStranded(ctx context.Context) {
+	if time.Since(s.strandedAt) < s.cfg.StrandedEvery {
+		return
+	}
+	s.strandedAt = time.Now()
+	stranded, err := s.cfg.Store.Stranded(ctx)
+	if err != nil {
+		s.logger.Warn("looking for stranded graph versions failed", "error", err)
+		return
+	}
+	for _, v := range stranded {
+		s.logger.Warn("executions have work left on a graph version that no live replica serves: keep or start a "+
+			"replica that serves it, or move them to a compatible version (journey graphs move)",
+			"graph_version", v.Key, "executions", v.Executions)
+	}
 }
 
 // Release gives up the sweep lease, at a graceful stop, so that another replica sweeps at once.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -499,4 +500,36 @@ func TestRetentionBehindSweepsAgainSoon(t *testing.T) {
 	system.Root.Send(pid, sweeper.Tick{})
 	require.Eventually(t, func() bool { return history() == 0 }, 30*time.Second, 10*time.Millisecond,
 		"the passes after the first deleted the rest")
+}
+
+// The sweep lease holder warns of executions with work left on a graph version that no live
+// replica serves, with their count, and says nothing once a replica serves it.
+func TestStrandedVersionIsWarnedOf(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, schema := migrated(t)
+	g := graph.MustNew("stranded", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }),
+	})
+	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g},
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	_, err = store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, {"x": json.RawMessage("2")}, nil})
+	require.NoError(t, err)
+
+	var log strings.Builder
+	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s := sweeper.New(sweeper.Config{Store: store, ReplicaID: "sweeper-only", StrandedEvery: time.Nanosecond, Logger: logger})
+	_, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Contains(t, log.String(), "no live replica serves")
+	require.Contains(t, log.String(), "graph_version=stranded@v1 executions=2", "the two executions with work, not the idle one")
+
+	// A live replica that serves it: no warning.
+	require.NoError(t, store.ReplicaHeartbeat(ctx, "serving", time.Minute, true))
+	log.Reset()
+	_, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	require.NotContains(t, log.String(), "no live replica serves")
 }
