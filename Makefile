@@ -15,13 +15,16 @@
 #                 PostgreSQL restart, then an audit of the database (`make test` runs 60 seconds
 #                 of it); JOURNEY_SOAK_DURATION and JOURNEY_SOAK_RATE (executions/s) change it
 #   make example  the onboarding example
+#   make fuzz     each fuzz test for FUZZTIME (default 1m): graph validation, value decoding, and
+#                 the checks and parsers of what callers, CLI flags and dashboard queries give;
+#                 .ci/run runs them for 5s each. Their seeds also run in make test
 
 GO ?= go
 # journey dev starts one PostgreSQL for the whole run, sets DATABASE_URL and TEST_DATABASE_URL,
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test test-packages test-process lint bench bench-table chaos soak example
+.PHONY: test test-packages test-process lint bench bench-table chaos soak example fuzz
 
 # PROCESS_TESTS start replicas as processes of their own (SIGKILL, SIGSTOP, restarts). They run
 # after the other packages, not beside them, so that their processes get the machine's cores:
@@ -86,3 +89,13 @@ soak:
 
 example:
 	$(GO) run ./examples/onboarding
+
+FUZZTIME ?= 1m
+FUZZ_TESTS = ./graph:FuzzNew ./graph:FuzzValue ./internal/persistence:FuzzCheckText \
+	./internal/persistence:FuzzCheckValue ./internal/persistence:FuzzParseWhere ./internal/persistence:FuzzParseCursor
+
+fuzz:
+	@for t in $(FUZZ_TESTS); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}" || exit 1; \
+	done

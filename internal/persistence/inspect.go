@@ -199,7 +199,7 @@ func (c Cursor) String() string { return c.CreatedAt.UTC().Format(time.RFC3339Na
 func ParseCursor(s string) (Cursor, error) {
 	at, id, ok := strings.Cut(s, ",")
 	t, err := time.Parse(time.RFC3339Nano, at)
-	if !ok || err != nil || id == "" {
+	if !ok || err != nil || id == "" || CheckText("cursor", id) != nil {
 		return Cursor{}, fmt.Errorf("journey: bad cursor %q: pass on the one a listing printed, such as 2025-01-02T15:04:05.123456Z,EXEC1", s)
 	}
 	return Cursor{CreatedAt: t, ID: id}, nil
