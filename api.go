@@ -409,7 +409,8 @@ const maxPollBackoff = 16
 // a write of this replica sets the value, by that write once it has committed, which hands the
 // value over without another read. The fallback, for a notification lost, is a look every
 // Config.PollInterval at first, then less often, up to every 16 PollIntervals: thousands of
-// waiters must not keep the pool busy.
+// waiters must not keep the pool busy. With Config.PollOnly, the look is the only way, and it
+// comes every PollInterval.
 func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (graph.Value, error) {
 	if err := r.check(); err != nil {
 		return graph.Value{}, err
@@ -457,7 +458,9 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 				return *v, nil
 			}
 		case <-poll.C:
-			every = min(2*every, maxPollBackoff*r.cfg.PollInterval)
+			if !r.cfg.PollOnly { // where the poll is the only way to learn of another replica's writes
+				every = min(2*every, maxPollBackoff*r.cfg.PollInterval)
+			}
 			poll.Reset(every)
 		}
 		remove()

@@ -86,7 +86,9 @@ type Config struct {
 	// session, where it would stay on a server connection that other clients share: not the plan
 	// settings of Pool's comment, nor IdleInTransactionTimeout (set PgBouncer's
 	// idle_transaction_timeout instead). The README's "Behind a connection pooler" gives
-	// PgBouncer's settings. Default "": DatabaseURL is direct, and carries LISTEN too.
+	// PgBouncer's settings. With Pool instead of DatabaseURL, the pool is yours: give it a
+	// QueryExecMode that works behind the pooler, such as pgx.QueryExecModeCacheDescribe. Default
+	// "": DatabaseURL is direct, and carries LISTEN too.
 	ListenURL string
 	// PollOnly: no LISTEN at all, for a transaction pooler that cannot be paired with a direct
 	// connection. DatabaseURL is taken for a pooler, as with ListenURL. Work and values that this
