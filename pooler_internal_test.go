@@ -38,22 +38,7 @@ func acrossReplicas(t *testing.T, g *graph.Graph, release chan struct{}, worker,
 	ex, err := worker.Start(ctx, g, WithValues(map[string]any{"x": 1}))
 	require.NoError(t, err)
 
-	type result struct {
-		v   graph.Value
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		v, err := waiter.Get(ctx, ex.ID, "y", WaitAny())
-		got <- result{v, err}
-	}()
-	for !getWaits(waiter.waiters, ex.ID) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the Get never waited")
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	got := waitingGet(ctx, t, waiter, ex.ID, "y")
 	close(release)
 	r := <-got
 	require.NoError(t, r.err)

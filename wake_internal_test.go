@@ -82,26 +82,10 @@ func TestWaitingGetWokenWhenTheCommitsOutcomeIsUnknown(t *testing.T) {
 	require.NoError(t, err)
 	target.Store(&ex.ID)
 
-	type result struct {
-		v   graph.Value
-		err error
-	}
-	got := make(chan result, 1)
 	gctx, gcancel := context.WithTimeout(ctx, 5*time.Second) // far below the poll
 	defer gcancel()
-	go func() {
-		v, err := rt.Get(gctx, ex.ID, "y", WaitAny())
-		got <- result{v, err}
-	}()
-	// y returns once the Get has looked, found nothing, and waits.
-	for !getWaits(rt.waiters, ex.ID) {
-		select {
-		case <-gctx.Done():
-			t.Fatal("the Get never waited")
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	close(release)
+	got := waitingGet(gctx, t, rt, ex.ID, "y")
+	close(release) // y returns once the Get has looked, found nothing, and waits
 	r := <-got
 	require.NoError(t, r.err)
 	require.Equal(t, int64(2), r.v.Int())
@@ -109,6 +93,31 @@ func TestWaitingGetWokenWhenTheCommitsOutcomeIsUnknown(t *testing.T) {
 }
 
 // getWaits reports whether a Get waits on execution id, its first look done.
+// getResult is what a Get returned.
+type getResult struct {
+	v   graph.Value
+	err error
+}
+
+// waitingGet starts rt.Get(ctx, id, node, WaitAny()) and returns once the Get has looked, found
+// nothing and waits, with the channel of its answer.
+func waitingGet(ctx context.Context, t *testing.T, rt *Runtime, id, node string) <-chan getResult {
+	t.Helper()
+	got := make(chan getResult, 1)
+	go func() {
+		v, err := rt.Get(ctx, id, node, WaitAny())
+		got <- getResult{v, err}
+	}()
+	for !getWaits(rt.waiters, id) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the Get never waited")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return got
+}
+
 func getWaits(w *waiters, id string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

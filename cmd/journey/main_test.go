@@ -33,6 +33,21 @@ func runJourney(t *testing.T, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
+// runAs runs a journey command with DATABASE_URL set to dbURL.
+func runAs(t *testing.T, dbURL string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	env := &environment{stdout: &stdout, stderr: &stderr, logger: slog.New(slog.DiscardHandler),
+		getenv: func(name string) string {
+			if name == "DATABASE_URL" {
+				return dbURL
+			}
+			return os.Getenv(name)
+		}}
+	code := run(t.Context(), env, args)
+	return code, stdout.String(), stderr.String()
+}
+
 func TestUsage(t *testing.T) {
 	code, _, stderr := runJourney(t, "-h")
 	require.Equal(t, 0, code)
@@ -95,18 +110,7 @@ func TestMigrate(t *testing.T) {
 // connection, where a session's lock would be left behind on a connection others share.
 func TestMigrateThroughAPooler(t *testing.T) {
 	schema, bouncer := pgtest.Schema(t), pgtest.Bouncer(t)
-	migrate := func() (int, string, string) {
-		var stdout, stderr bytes.Buffer
-		env := &environment{stdout: &stdout, stderr: &stderr, logger: slog.New(slog.DiscardHandler),
-			getenv: func(name string) string {
-				if name == "DATABASE_URL" {
-					return bouncer
-				}
-				return os.Getenv(name)
-			}}
-		code := run(t.Context(), env, []string{"migrate", "-schema", schema})
-		return code, stdout.String(), stderr.String()
-	}
+	migrate := func() (int, string, string) { return runAs(t, bouncer, "migrate", "-schema", schema) }
 	outs := make(chan string, 3)
 	var wg sync.WaitGroup
 	for range 3 {

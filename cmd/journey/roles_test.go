@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,21 +23,6 @@ import (
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/journeyui"
 )
-
-// runAs runs a journey command with DATABASE_URL set to dbURL.
-func runAs(t *testing.T, dbURL string, args ...string) (int, string, string) {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	env := &environment{stdout: &stdout, stderr: &stderr, logger: slog.New(slog.DiscardHandler),
-		getenv: func(name string) string {
-			if name == "DATABASE_URL" {
-				return dbURL
-			}
-			return os.Getenv(name)
-		}}
-	code := run(t.Context(), env, args)
-	return code, stdout.String(), stderr.String()
-}
 
 // A role given only what `journey migrate -grant` grants runs a replica (whose New migrates
 // nothing on the up-to-date schema), the CLI's read commands and the dashboard. It can create
