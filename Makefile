@@ -91,8 +91,8 @@ example:
 	$(GO) run ./examples/onboarding
 
 FUZZTIME ?= 1m
-FUZZ_TESTS = ./graph:FuzzNew ./graph:FuzzValue ./internal/persistence:FuzzCheckText \
-	./internal/persistence:FuzzCheckValue ./internal/persistence:FuzzParseWhere ./internal/persistence:FuzzParseCursor
+FUZZ_TESTS = ./graph:FuzzNew ./graph:FuzzValue ./persistence:FuzzCheckText \
+	./persistence:FuzzCheckValue ./persistence:FuzzParseWhere ./persistence:FuzzParseCursor
 
 fuzz:
 	@for t in $(FUZZ_TESTS); do \

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence"
 )
 
 // Execution is one run of a graph.

@@ -300,8 +300,8 @@ func TestAttemptLogsSayWhichAttempt(t *testing.T) {
 		require.NotEmpty(t, attrs["computation_id"])
 		require.Contains(t, attrs["error"], "bad input")
 		frame, _ := runtime.CallersFrames([]uintptr{rec.PC}).Next()
-		require.True(t, strings.HasSuffix(frame.File, "internal/actors/computation.go"), frame.File)
-		require.NotEqual(t, "github.com/journey-go/journey/internal/actors.(*computation).log", frame.Function)
+		require.True(t, strings.HasSuffix(frame.File, "actors/computation.go"), frame.File)
+		require.NotEqual(t, "github.com/journey-go/journey/actors.(*computation).log", frame.Function)
 		return
 	}
 }

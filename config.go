@@ -18,12 +18,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/internal/clock"
-	"github.com/journey-go/journey/internal/persistence"
-	"github.com/journey-go/journey/internal/sweeper"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/sweeper"
 )
 
 // Defaults of Config.

@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // Errors, matched with errors.Is. The errors returned wrap them with the details.

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/persistence"
 )
 
 // testRuntime returns a runtime serving g, stopped when the test ends.

@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/actors"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/persistence"
 )
 
 // beatLog records the heartbeat statements of a replica, with when they were sent.

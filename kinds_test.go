@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/actors"
 	"github.com/journey-go/journey/internal/clock"
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 func TestUselessMachine(t *testing.T) {

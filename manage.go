@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // LoadOption modifies Load.

@@ -19,7 +19,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // EventType names a lifecycle event.

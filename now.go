@@ -5,9 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/journey-go/journey/internal/actors"
+	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/internal/clock"
-	"github.com/journey-go/journey/internal/sweeper"
+	"github.com/journey-go/journey/sweeper"
 )
 
 // moveTimeout bounds what the runtime does when a test moves its clock.

@@ -24,12 +24,12 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/actors"
-	"github.com/journey-go/journey/internal/persistence"
-	"github.com/journey-go/journey/internal/sweeper"
 	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/sweeper"
 )
 
 const (

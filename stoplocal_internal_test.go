@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/persistence"
 )
 
 // A Stop that begins while a Set is committing the work it claimed for its replica waits for that

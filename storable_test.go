@@ -12,7 +12,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // quickCtx bounds a wait for an outcome well below the 30 seconds for which a computation retries

@@ -46,6 +46,6 @@
 // Every asset (the stylesheet; the graph picture is inline SVG drawn on the server) is
 // embedded: no page asks for anything off the machine.
 //
-// This package imports internal/persistence, which holds all the SQL, and not the root
+// This package imports persistence, which holds all the SQL, and not the root
 // package: an application that does not mount the dashboard does not build it.
 package journeyui

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // pageNames are the templates of the pages, each rendered inside templates/layout.html.

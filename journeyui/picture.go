@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // The states of a node in the picture, each a CSS class and a data-state attribute.

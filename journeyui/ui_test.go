@@ -21,10 +21,10 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/journeyui"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -37,6 +37,6 @@
 // the target schema, so one database can hold many independent journey schemas (one per test,
 // say). A migration, once released, is never edited: a change is a new file.
 //
-// This package holds the only SQL outside internal/persistence: the migration files, and the
+// This package holds the only SQL outside persistence: the migration files, and the
 // locking and schema creation around them. It imports nothing else from the project.
 package migrations

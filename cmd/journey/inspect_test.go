@@ -15,8 +15,8 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/persistence"
 )
 
 // opsBundle is a schema that a real runtime filled: one execution that succeeded, and one whose

@@ -27,7 +27,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // command is a subcommand of journey.

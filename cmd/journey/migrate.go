@@ -13,8 +13,8 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
 )
 
 const migrateDescription = `migrate creates the schema if needed and applies the pending migrations to the database at

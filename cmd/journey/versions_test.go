@@ -15,9 +15,9 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/journeyui"
+	"github.com/journey-go/journey/persistence"
 )
 
 // A deploy that stops the last replica of a version strands the work left on it: journey graphs

@@ -21,9 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
 )
 
 // defaults is a worker configuration for tests: short intervals, work of 1 to 2 seconds.

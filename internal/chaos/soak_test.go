@@ -27,8 +27,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/journey-go/journey/devpg"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/persistence"
 )
 
 // The soak's knobs, read from the environment.

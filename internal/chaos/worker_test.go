@@ -18,10 +18,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/actors"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/persistence"
 )
 
 // workerEnv carries a worker's configuration, as JSON, to the re-executed test binary.

@@ -10,8 +10,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence"
 )
 
 // Defaults of the dispatcher.

@@ -24,11 +24,11 @@ import (
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
-	"github.com/journey-go/journey/internal/sweeper"
 	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/sweeper"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

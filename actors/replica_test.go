@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
 )
 
 // logged is a slog handler that passes each record's message to a channel, so that a test can

@@ -27,4 +27,8 @@
 // panic fails the node concerned, with the panic's text, and nothing else.
 //
 // It may import graph and internal packages, never actors, sweeper or the root package.
+//
+// It is one of the engine's parts, which the project's design card puts at the top level. Its API
+// carries no compatibility promise before v1: build on the root package, journey, which wires the
+// parts together.
 package persistence

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence"
 )
 
 // writeTimeout bounds the transaction that records an attempt's outcome.

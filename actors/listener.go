@@ -9,7 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // ListenerConfig configures the listener of one replica.

@@ -3,7 +3,7 @@ package actors
 import (
 	"sync"
 
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // Local is the persistence.Local of one replica: it lets the writes of this replica (Start, Set)

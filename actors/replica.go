@@ -8,7 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 
-	"github.com/journey-go/journey/internal/persistence"
+	"github.com/journey-go/journey/persistence"
 )
 
 // Defaults of the replica heartbeat.

@@ -15,7 +15,12 @@
 // Every actor that owns others is spawned with a Stop supervisor strategy: a restart would run a
 // computation twice. If a computation or its watchdog ends, the other one ends too.
 //
-// It may import graph, persistence and internal packages, never the root package.
+// It may import graph, persistence and internal packages, never the root package. It writes no
+// SQL: persistence holds all of it.
+//
+// It is one of the engine's parts, which the project's design card puts at the top level. Its API
+// carries no compatibility promise before v1: build on the root package, journey, which wires the
+// parts together.
 package actors
 
 import (

@@ -7,8 +7,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence"
 )
 
 // maxCompleterBatch caps the outcomes one transaction of the completer records.

@@ -8,8 +8,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence"
 )
 
 // maxDeliveriesPerRound bounds one round of deliveries, so that the actor reads its mailbox (a

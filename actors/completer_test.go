@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/persistence"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/migrations"
+	"github.com/journey-go/journey/persistence"
 )
 
 // One outcome that PostgreSQL refuses (a number beyond jsonb's range, which no check before SQL
