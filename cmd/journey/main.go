@@ -51,6 +51,7 @@ var commands = []command{
 	{name: "bench", summary: "measure throughput and latency, like river bench", run: runBench},
 	{name: "graphs", summary: "list the graph versions, their replicas and executions by state", run: runGraphs},
 	{name: "executions", summary: "list executions (list), or show one (show ID)", run: runExecutions},
+	{name: "insights", summary: "where a graph's executions go and stop, and its work over time (GRAPH)", run: runInsights},
 	{name: "replicas", summary: "list the replicas, their heartbeat age and what they run", run: runReplicas},
 	{name: "retry", summary: "give a failed node a fresh attempt budget (ID NODE)", run: runAction(persistence.ActionRetry)},
 	{name: "archive", summary: "archive an execution (ID)", run: runAction(persistence.ActionArchive)},

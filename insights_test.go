@@ -1,0 +1,117 @@
+package journey_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey"
+	"github.com/journey-go/journey/graph"
+)
+
+// funnelGraph: every execution signs up; some give an email, and some of those a code; verified
+// runs on the email and the code, and fails for good on a code of "bad".
+func funnelGraph() *graph.Graph {
+	return graph.MustNew("funnel", "v1", []graph.Node{
+		graph.Input("signup"),
+		graph.Input("email"),
+		graph.Input("code"),
+		graph.Compute("verified", graph.Needs("email", "code"), func(ctx context.Context, in graph.Values) (any, error) {
+			if in.String("code") == "bad" {
+				return nil, graph.Permanent(errors.New("bad code"))
+			}
+			return true, nil
+		}),
+	})
+}
+
+// runFunnel runs 100 executions: 60 give an email, 35 of those a code, and 5 of those a bad one.
+// Each input is its own write, so that the order of the values is the order of the steps.
+func runFunnel(ctx context.Context, t *testing.T, rt *journey.Runtime, g *graph.Graph) {
+	t.Helper()
+	for i := range 100 {
+		ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"signup": i}))
+		require.NoError(t, err)
+		if i >= 60 {
+			continue
+		}
+		_, err = rt.Set(ctx, ex.ID, "email", "user@example.com")
+		require.NoError(t, err)
+		if i >= 35 {
+			continue
+		}
+		code := "good"
+		if i < 5 {
+			code = "bad"
+		}
+		_, err = rt.Set(ctx, ex.ID, "code", code)
+		require.NoError(t, err)
+		_, err = rt.Get(ctx, ex.ID, "verified", journey.WaitAny())
+		if i < 5 {
+			require.ErrorIs(t, err, journey.ErrComputationFailed)
+		} else {
+			require.NoError(t, err)
+		}
+	}
+}
+
+// A graph with a known drop-off gives exactly its numbers.
+func TestInsightsFunnel(t *testing.T) {
+	t.Parallel()
+	g := funnelGraph()
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	runFunnel(ctx, t, rt, g)
+
+	ins, err := rt.Insights(ctx, "funnel", journey.InsightsOptions{IdleAfter: time.Nanosecond, Since: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, "funnel", ins.Graph)
+	require.EqualValues(t, 100, ins.Executions)
+	require.Positive(t, ins.ToLastValueP95)
+	type row struct {
+		node                                   string
+		kind                                   graph.Kind
+		reached                                int64
+		pct                                    float64
+		ends, attempts, failures, abandonments int64
+	}
+	var got []row
+	for _, n := range ins.Nodes {
+		got = append(got, row{n.Node, n.Kind, n.Reached, n.ReachedPct, n.EndsHere, n.Attempts, n.Failures, n.Abandonments})
+	}
+	require.Equal(t, []row{
+		{"signup", graph.KindInput, 100, 100, 40, 0, 0, 0},
+		{"email", graph.KindInput, 60, 60, 25, 0, 0, 0},
+		{"code", graph.KindInput, 35, 35, 5, 0, 0, 0},
+		{"verified", graph.KindCompute, 30, 30, 30, 35, 5, 0},
+	}, got)
+	require.Positive(t, ins.Nodes[3].RunP95)
+	require.LessOrEqual(t, ins.Nodes[1].ToReachP50, ins.Nodes[3].ToReachP50, "email comes before verified")
+
+	// The series: an hour in 5-minute buckets, all the work in the last.
+	require.Len(t, ins.Series, 12)
+	var started, succeeded, failed int64
+	for _, p := range ins.Series {
+		started, succeeded, failed = started+p.Started, succeeded+p.Succeeded, failed+p.Failed
+	}
+	require.Equal(t, []int64{100, 30, 5}, []int64{started, succeeded, failed})
+	require.EqualValues(t, 100, ins.Series[11].Started)
+
+	// Nothing ends while it is not idle, archived executions are another scope, and bad options
+	// are refused.
+	ins, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{})
+	require.NoError(t, err)
+	require.Zero(t, ins.Nodes[0].EndsHere+ins.Nodes[1].EndsHere+ins.Nodes[2].EndsHere+ins.Nodes[3].EndsHere)
+	ins, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Scope: journey.ScopeArchived})
+	require.NoError(t, err)
+	require.Zero(t, ins.Executions)
+	_, err = rt.Insights(ctx, "nope", journey.InsightsOptions{})
+	require.ErrorIs(t, err, journey.ErrUnknownGraph)
+	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Since: -time.Hour})
+	require.ErrorContains(t, err, "insights need a positive window, bucket and idle time")
+	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Bucket: -time.Minute})
+	require.ErrorContains(t, err, "positive window, bucket")
+}
