@@ -17,7 +17,7 @@ import (
 )
 
 // pageNames are the templates of the pages, each rendered inside templates/layout.html.
-var pageNames = []string{"overview", "executions", "execution", "replicas", "reclaims", "error"}
+var pageNames = []string{"overview", "executions", "execution", "replicas", "reclaims", "insights", "error"}
 
 // parsePages parses each page with the layout. Links start with base.
 func parsePages(base string) (map[string]*template.Template, error) {
@@ -43,6 +43,10 @@ func parsePages(base string) (map[string]*template.Template, error) {
 		"count": group,
 		"query": func(v url.Values) template.URL { return template.URL(v.Encode()) }, // encoded: a safe query
 		"join":  strings.Join,
+		"add":   func(a, b int) int { return a + b },
+		"dur":   func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) },
+		// bar is the width of a funnel bar for a share in percent.
+		"bar": func(pct float64) string { return strconv.FormatFloat(pct*funnelBar/100, 'f', 1, 64) },
 		// list links to the executions of a graph version, in a state if one is given.
 		"list": func(graph, version, state string) string {
 			q := url.Values{"graph": {graph}, "version": {version}}

@@ -3,6 +3,7 @@ package journeyui_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -383,5 +384,48 @@ func TestBadInputIsShownAndChangesNothing(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed}, resp.StatusCode, path)
 		require.Contains(t, string(body), want, path)
+	}
+}
+
+// The insights page shows the API's numbers: the funnel's, and every point of its charts.
+func TestInsightsPageInBrowser(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := serve(t, b.opts)
+	ctx := browser(t)
+	want, err := b.db.Insights(t.Context(), persistence.InsightsQuery{Graph: "shop", Since: time.Hour}.WithDefaults())
+	require.NoError(t, err)
+	require.EqualValues(t, 2, want.Executions)
+
+	do(t, ctx, chromedp.Navigate(srv.URL+"/"), chromedp.Click(chromedp.CSS(`#graphs tr[data-graph="shop@v1"] a.insights`)),
+		chromedp.WaitVisible(chromedp.CSS(`#funnel`)))
+	do(t, ctx, chromedp.Navigate(srv.URL+"/insights/shop?since=1h"), chromedp.WaitVisible(chromedp.CSS(`#funnel`)))
+	require.Equal(t, "2", get(t, ctx, chromedp.Text(chromedp.CSS(`#executions`))))
+	type row struct{ Reached, Ends, Attempts, Failures string }
+	got := get(t, ctx, chromedp.Evaluate[map[string]row](`Object.fromEntries([...document.querySelectorAll('#funnel tr[data-node]')].map(r =>
+		[r.dataset.node, {Reached: r.querySelector('.reached').textContent, Ends: r.querySelector('.ends').textContent,
+		 Attempts: r.querySelector('.attempts').textContent, Failures: r.querySelector('.failures').textContent}]))`))
+	wantRows := map[string]row{}
+	for _, n := range want.Nodes {
+		wantRows[n.Node] = row{fmt.Sprint(n.Reached), fmt.Sprint(n.EndsHere), fmt.Sprint(n.Attempts), fmt.Sprint(n.Failures)}
+	}
+	require.Equal(t, wantRows, got)
+	require.Equal(t, row{"1", "0", "2", "1"}, got["charge"], "one charge failed, the other succeeded")
+
+	// Each chart has a point per bucket, whose value is the series'.
+	points := get(t, ctx, chromedp.Evaluate[map[string][]string](`(() => { const out = {};
+		for (const c of document.querySelectorAll('#chart-throughput circle, #chart-failures circle'))
+			(out[c.dataset.series] ||= []).push(c.dataset.value);
+		return out; })()`))
+	var started, succeeded, failed []string
+	for _, p := range want.Series {
+		started, succeeded, failed = append(started, fmt.Sprint(p.Started)), append(succeeded, fmt.Sprint(p.Succeeded)),
+			append(failed, fmt.Sprint(p.Failed))
+	}
+	require.Equal(t, started, points["started"])
+	require.Equal(t, succeeded, points["succeeded"])
+	require.Equal(t, failed, points["failed"])
+	if path := os.Getenv("JOURNEY_UI_INSIGHTS_SCREENSHOT"); path != "" {
+		require.NoError(t, os.WriteFile(path, get(t, ctx, chromedp.FullScreenshot(100)), 0o644))
 	}
 }
