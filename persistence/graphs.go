@@ -200,8 +200,7 @@ func (s *Store) Stranded(ctx context.Context) ([]StrandedVersion, error) {
 			SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'AVAILABLE'
 			UNION ALL SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'PENDING'
 			UNION ALL SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'RUNNING') a
-		WHERE NOT EXISTS (SELECT 1 FROM {s}.replica_heartbeats r WHERE a.graph_key = ANY(r.graphs)
-			AND r.last_heartbeat >= coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond')
+		WHERE NOT EXISTS (SELECT 1 FROM {s}.replica_heartbeats r WHERE a.graph_key = ANY(r.graphs) AND `+liveReplica+`)
 		GROUP BY a.graph_key ORDER BY a.graph_key`), s.clock.NowOrNil()).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("looking for stranded graph versions: %w", err)

@@ -100,8 +100,7 @@ func (s *Store) graphSummaries(ctx context.Context, totals func(context.Context,
 	var out []GraphSummary
 	err := s.db.NewRaw(s.q(`SELECT v.*,
 			ARRAY(SELECT r.replica_id FROM {s}.replica_heartbeats r
-				WHERE v.graph_name || '@' || v.graph_version = ANY(r.graphs)
-					AND r.last_heartbeat >= coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond'
+				WHERE v.graph_name || '@' || v.graph_version = ANY(r.graphs) AND `+liveReplica+`
 				ORDER BY r.replica_id) AS replicas,
 			(SELECT max(r.last_heartbeat) FROM {s}.replica_heartbeats r
 				WHERE v.graph_name || '@' || v.graph_version = ANY(r.graphs)) AS last_beat,
@@ -514,9 +513,8 @@ func (s *Store) ServedBy(ctx context.Context, key string) ([]string, error) {
 		return nil, err
 	}
 	var ids []string
-	err := s.db.NewRaw(s.q(`SELECT replica_id FROM {s}.replica_heartbeats
-		WHERE ? = ANY(graphs) AND last_heartbeat >= coalesce(?::timestamptz, now()) - stale_after_ms * interval '1 millisecond'
-		ORDER BY replica_id`), key, s.clock.NowOrNil()).Scan(ctx, &ids)
+	err := s.db.NewRaw(s.q(`SELECT r.replica_id FROM {s}.replica_heartbeats r
+		WHERE ? = ANY(r.graphs) AND `+liveReplica+` ORDER BY r.replica_id`), key, s.clock.NowOrNil()).Scan(ctx, &ids)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("finding the replicas that serve %s: %w", key, err)
 	}

@@ -65,6 +65,10 @@ func deleteReplicasQuery(where, at string) string {
 		SELECT count(*) FROM d`
 }
 
+// liveReplica holds for a replica_heartbeats row r whose replica is live at the store's time (the
+// one argument): its heartbeat is younger than its own stale_after.
+const liveReplica = `r.last_heartbeat >= coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond'`
+
 // Replicas lists the replicas that heartbeat in this schema, newest heartbeat first.
 func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
 	var out []Replica

@@ -22,22 +22,14 @@ func TestMain(m *testing.M) {
 // runJourney runs a command line and returns its exit code, standard output and standard error.
 func runJourney(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	env := &environment{
-		stdout: &stdout,
-		stderr: &stderr,
-		logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
-		getenv: os.Getenv,
-	}
-	code := run(t.Context(), env, args)
-	return code, stdout.String(), stderr.String()
+	return runAs(t, os.Getenv("DATABASE_URL"), args...)
 }
 
-// runAs runs a journey command with DATABASE_URL set to dbURL.
+// runAs runs a journey command with DATABASE_URL set to dbURL; its log goes to the test's.
 func runAs(t *testing.T, dbURL string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	env := &environment{stdout: &stdout, stderr: &stderr, logger: slog.New(slog.DiscardHandler),
+	env := &environment{stdout: &stdout, stderr: &stderr, logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		getenv: func(name string) string {
 			if name == "DATABASE_URL" {
 				return dbURL

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -21,7 +18,6 @@ import (
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/pgtest"
-	"github.com/journey-go/journey/journeyui"
 )
 
 // A role given only what `journey migrate -grant` grants runs a replica (whose New migrates
@@ -73,16 +69,7 @@ func TestLeastPrivilegeRole(t *testing.T) {
 	require.NoError(t, err)
 	uiDB := stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { _ = uiDB.Close() })
-	h, err := journeyui.Handler(t.Context(), journeyui.Options{DB: uiDB, Schema: schema})
-	require.NoError(t, err)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
 	for _, path := range []string{"/", "/executions", "/executions/" + ex.ID, "/replicas"} {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
-		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		_ = resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode, fmt.Sprintf("GET %s as %s", path, role))
+		dashboard(t, uiDB, schema, path)
 	}
 }

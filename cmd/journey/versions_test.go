@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -70,7 +71,7 @@ func TestStrandedVersionMovesToACompatibleOne(t *testing.T) {
 	code, stdout, _ := runAs(t, url, "graphs", "-schema", schema)
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "STRANDED: 1 waiting")
-	require.Contains(t, dashboard(t, schema, "/"), "stranded: 1 with work left")
+	require.Contains(t, dashboard(t, pgtest.DB(t), schema, "/"), "stranded: 1 with work left")
 	stranded, err := store.Stranded(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []persistence.StrandedVersion{{Key: "shop@v1", Executions: 1}}, stranded)
@@ -107,10 +108,10 @@ func TestStrandedVersionMovesToACompatibleOne(t *testing.T) {
 	require.Zero(t, summary("v1").Waiting)
 }
 
-// dashboard returns the body of the dashboard's page at path, on the schema.
-func dashboard(t *testing.T, schema, path string) string {
+// dashboard returns the body of the dashboard's page at path, on db's schema, and requires a 200.
+func dashboard(t *testing.T, db *sql.DB, schema, path string) string {
 	t.Helper()
-	h, err := journeyui.Handler(t.Context(), journeyui.Options{DB: pgtest.DB(t), Schema: schema})
+	h, err := journeyui.Handler(t.Context(), journeyui.Options{DB: db, Schema: schema})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
