@@ -29,12 +29,15 @@ func funnelGraph() *graph.Graph {
 }
 
 // runFunnel runs 100 executions: 60 give an email, 35 of those a code, and 5 of those a bad one.
-// Each input is its own write, so that the order of the values is the order of the steps.
-func runFunnel(ctx context.Context, t *testing.T, rt *journey.Runtime, g *graph.Graph) {
+// Each input is its own write, so that the order of the values is the order of the steps. It
+// returns the executions' ids in that order.
+func runFunnel(ctx context.Context, t *testing.T, rt *journey.Runtime, g *graph.Graph) []string {
 	t.Helper()
-	for i := range 100 {
+	ids := make([]string, 100)
+	for i := range ids {
 		ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"signup": i}))
 		require.NoError(t, err)
+		ids[i] = ex.ID
 		if i >= 60 {
 			continue
 		}
@@ -56,6 +59,7 @@ func runFunnel(ctx context.Context, t *testing.T, rt *journey.Runtime, g *graph.
 			require.NoError(t, err)
 		}
 	}
+	return ids
 }
 
 // A graph with a known drop-off gives exactly its numbers.
@@ -64,10 +68,11 @@ func TestInsightsFunnel(t *testing.T) {
 	g := funnelGraph()
 	rt := newRuntime(t, testConfig(t, g))
 	ctx := testCtx(t)
-	runFunnel(ctx, t, rt, g)
+	ids := runFunnel(ctx, t, rt, g)
 
 	ins, err := rt.Insights(ctx, "funnel", journey.InsightsOptions{IdleAfter: time.Nanosecond, Since: time.Hour})
 	require.NoError(t, err)
+	require.Zero(t, ins.Pending)
 	require.Equal(t, "funnel", ins.Graph)
 	require.EqualValues(t, 100, ins.Executions)
 	require.Positive(t, ins.ToLastValueP95)
@@ -108,6 +113,29 @@ func TestInsightsFunnel(t *testing.T) {
 	ins, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Scope: journey.ScopeArchived})
 	require.NoError(t, err)
 	require.Zero(t, ins.Executions)
+
+	// What changes later reaches the answer: an email unset where the flow ended, ten executions
+	// archived, one more started.
+	_, err = rt.Unset(ctx, ids[59], "email")
+	require.NoError(t, err)
+	for _, id := range ids[90:] {
+		require.NoError(t, rt.Archive(ctx, id))
+	}
+	_, err = rt.Start(ctx, g)
+	require.NoError(t, err)
+	reached := func(scope journey.Scope) []int64 {
+		ins, err := rt.Insights(ctx, "funnel", journey.InsightsOptions{IdleAfter: time.Nanosecond, Scope: scope})
+		require.NoError(t, err)
+		out := []int64{ins.Executions}
+		for _, n := range ins.Nodes {
+			out = append(out, n.Reached, n.EndsHere)
+		}
+		return out
+	}
+	require.Equal(t, []int64{91, 90, 40 - 10 + 1, 59, 25 - 1, 35, 5, 30, 30}, reached(journey.ScopeActive))
+	require.Equal(t, []int64{10, 10, 10, 0, 0, 0, 0, 0, 0}, reached(journey.ScopeArchived))
+	require.Equal(t, []int64{101, 100, 41, 59, 24, 35, 5, 30, 30}, reached(journey.ScopeAll))
+
 	_, err = rt.Insights(ctx, "nope", journey.InsightsOptions{})
 	require.ErrorIs(t, err, journey.ErrUnknownGraph)
 	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Since: -time.Hour})

@@ -168,11 +168,15 @@ func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, 
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		err := tx.NewRaw(s.q(`WITH moved AS (UPDATE {s}.executions
 				SET graph_version = ?, wake_at = coalesce(?::timestamptz, now()), updated_at = coalesce(?::timestamptz, now())
-				WHERE graph_name = ? AND graph_version = ? RETURNING id),
+				WHERE graph_name = ? AND graph_version = ? RETURNING id, created_at),
 			attempts AS (UPDATE {s}.computations c SET graph_key = ?
-				WHERE c.execution_id IN (SELECT id FROM moved) AND c.graph_key = ?)
+				WHERE c.execution_id IN (SELECT id FROM moved) AND c.graph_key = ?),
+			marked AS (INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
+				SELECT DISTINCT ?, v, date_trunc('minute', created_at) FROM moved, unnest(ARRAY[?, ?]) AS v
+				ON CONFLICT DO NOTHING)
 			SELECT count(*) FROM moved`),
-			to, s.clock.NowOrNil(), s.clock.NowOrNil(), name, from, GraphKey(name, to), GraphKey(name, from)).Scan(ctx, &moved)
+			to, s.clock.NowOrNil(), s.clock.NowOrNil(), name, from, GraphKey(name, to), GraphKey(name, from),
+			name, from, to).Scan(ctx, &moved)
 		if err != nil {
 			return err
 		}

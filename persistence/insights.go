@@ -3,8 +3,15 @@ package persistence
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -36,6 +43,10 @@ type Insights struct {
 	ToLastValueP50, ToLastValueP95 time.Duration
 	Nodes                          []NodeInsight // in graph order
 	Series                         []InsightPoint
+	// Pending counts the minutes of executions that changed and that this answer does not show
+	// yet: a reading brings the cells up to date for a moment, and leaves the rest to the sweep
+	// lease holder. 0: the answer is up to date.
+	Pending int
 }
 
 // NodeInsight is a node's part of Insights.
@@ -45,13 +56,14 @@ type NodeInsight struct {
 	// Reached counts the executions where the node has a value, ReachedPct their share of all.
 	Reached    int64
 	ReachedPct float64
-	// ToReach is the time from an execution's start to the node's first value.
+	// ToReach is the time from an execution's start to the node's first value. Every duration of
+	// Insights is estimated from a histogram, within 9%.
 	ToReachP50, ToReachP95 time.Duration
 	// EndsHere counts the executions whose last value written is this node's, and that have had no
-	// write since for IdleAfter.
+	// write since for IdleAfter, to the second.
 	EndsHere int64
-	// Attempts, Failures (attempts FAILED), Abandonments and the run time of finished attempts
-	// (claim to finish), for the nodes that run.
+	// Attempts counts the attempts that ran and ended: succeeded, Failures (FAILED) and
+	// Abandonments; the run time is their time from claim to finish, for the nodes that run.
 	Attempts, Failures, Abandonments int64
 	RunP50, RunP95                   time.Duration
 }
@@ -63,23 +75,14 @@ type InsightPoint struct {
 	RunP50, RunP95                        time.Duration
 }
 
-// insightsScope is the CTE of the executions in scope; its arguments are graph, version (twice),
-// now, the window in seconds, and the scope (three times).
-const insightsScope = `WITH e AS (SELECT id, created_at FROM {s}.executions
-		WHERE graph_name = ? AND (? = '' OR graph_version = ?)
-			AND created_at >= ?::timestamptz - ? * interval '1 second'
-			AND (? = 'all' OR (? = 'archived') = (archived_at IS NOT NULL))),
-	last AS (SELECT DISTINCT ON (v.execution_id) v.execution_id, v.node, v.set_at
-		FROM {s}."values" v JOIN e ON e.id = v.execution_id ORDER BY v.execution_id, v.set_at DESC, v.node)`
-
-// percentiles are the p50 and p95 of an interval expression x, in seconds.
-func percentiles(x string) string {
-	return `percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM ` + x + `)) AS p50,
-		percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM ` + x + `)) AS p95`
-}
+// Insights read the cells of the minutes in the window, which the roll keeps up to date (see
+// migration 0021): a reading first rolls what changed, for at most insightsBudget, and says in
+// Pending how many minutes it left for the sweep lease holder.
+const insightsBudget = 300 * time.Millisecond
 
 // Insights reads the insights of q.Graph, on the recorded graph versions: the nodes, in the order
-// of the newest recorded version (or q.Version), with what the executions in scope did.
+// of the newest recorded version (or q.Version), with what the executions in scope did. The window
+// is counted in whole minutes: it ends with the current one.
 func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error) {
 	if err := checkTexts("graph", q.Graph, "version", q.Version); err != nil {
 		return nil, err
@@ -88,6 +91,8 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	case q.Since <= 0 || q.Bucket <= 0 || q.IdleAfter <= 0:
 		return nil, fmt.Errorf("%w: insights need a positive window, bucket and idle time (got %v, %v and %v)",
 			ErrBadRequest, q.Since, q.Bucket, q.IdleAfter)
+	case q.Bucket%time.Minute != 0:
+		return nil, fmt.Errorf("%w: an insights bucket is a whole number of minutes (got %v)", ErrBadRequest, q.Bucket)
 	case q.Scope != ScopeActive && q.Scope != ScopeArchived && q.Scope != ScopeAll:
 		return nil, fmt.Errorf("%w: unknown scope %q: use %q, %q or %q", ErrBadRequest, q.Scope, ScopeActive, ScopeArchived, ScopeAll)
 	}
@@ -100,133 +105,334 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	if len(versions) == 0 {
 		return nil, fmt.Errorf("%w: no replica has recorded graph %q (version %q) in schema %s", ErrUnknownGraph, q.Graph, q.Version, s.schema)
 	}
+	out := &Insights{Graph: q.Graph}
+	if out.Pending, err = s.RollInsights(ctx, q.Graph, insightsBudget); err != nil {
+		return nil, err
+	}
 	now, err := s.now(ctx, s.db)
 	if err != nil {
 		return nil, fmt.Errorf("reading the time: %w", err)
 	}
-	scope := []any{q.Graph, q.Version, q.Version, now, q.Since.Seconds(), q.Scope, q.Scope}
-	out := &Insights{Graph: q.Graph}
+	buckets := int((q.Since + q.Bucket - 1) / q.Bucket)
+	end := now.Truncate(time.Minute).Add(time.Minute)
+	start := end.Add(-time.Duration(buckets) * q.Bucket)
+	out.Series = make([]InsightPoint, buckets)
+	for i := range out.Series {
+		out.Series[i].At = start.Add(time.Duration(i) * q.Bucket)
+	}
+	// The cells of the window, summed per measure, node and point of the series (-1 for none),
+	// and their histograms.
+	where := ` FROM {s}.insight_cells WHERE graph_name = ? AND minute >= ? AND minute < ? AND (? = '' OR graph_version = ?)
+		AND (? = 'all' OR archived = (? = 'archived'))`
+	point := `CASE measure WHEN 'executions' THEN floor(extract(epoch FROM minute - ?::timestamptz) / ?)
+		WHEN 'finished' THEN floor(extract(epoch FROM at - ?::timestamptz) / ?) ELSE -1 END::int AS i`
+	pointArgs := []any{start, q.Bucket.Seconds(), start, q.Bucket.Seconds()}
+	whereArgs := []any{q.Graph, start, end, q.Version, q.Version, q.Scope, q.Scope}
+	var sums []struct {
+		Measure   string `bun:"measure"`
+		Node      string `bun:"node"`
+		I         int    `bun:"i"`
+		N         int64  `bun:"n"`
+		Failed    int64  `bun:"failed"`
+		Abandoned int64  `bun:"abandoned"`
+	}
+	err = s.db.NewRaw(s.q(`SELECT measure, node, `+point+`, coalesce(sum(n) FILTER (WHERE measure <> 'ended' OR at < ?), 0) AS n,
+			sum(failed) AS failed, sum(abandoned) AS abandoned`+where+` GROUP BY 1, 2, 3`),
+		slices.Concat(pointArgs, []any{now.Add(-q.IdleAfter)}, whereArgs)...).Scan(ctx, &sums)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("reading the insight cells: %w", err)
+	}
+	var bins []struct {
+		Measure string `bun:"measure"`
+		Node    string `bun:"node"`
+		I       int    `bun:"i"`
+		Bin     int    `bun:"bin"`
+		N       int64  `bun:"n"`
+	}
+	err = s.db.NewRaw(s.q(`SELECT measure, node, `+point+`, h.bin, sum(h.n) AS n`+
+		strings.Replace(where, "insight_cells", "insight_cells, unnest(bins, counts) AS h(bin, n)", 1)+
+		` AND measure <> 'ended' GROUP BY 1, 2, 3, 4`), slices.Concat(pointArgs, whereArgs)...).Scan(ctx, &bins)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("reading the insight histograms: %w", err)
+	}
 
-	var total struct {
-		N   int64    `bun:"n"`
-		P50 *float64 `bun:"p50"`
-		P95 *float64 `bun:"p95"`
-	}
-	err = s.db.NewRaw(s.q(insightsScope+` SELECT (SELECT count(*) FROM e) AS n, `+percentiles("l.set_at - e.created_at")+`
-		FROM last l JOIN e ON e.id = l.execution_id`), scope...).Scan(ctx, &total)
-	if err != nil {
-		return nil, fmt.Errorf("counting the executions: %w", err)
-	}
-	out.Executions, out.ToLastValueP50, out.ToLastValueP95 = total.N, seconds(total.P50), seconds(total.P95)
-
-	type nodeRow struct {
-		Node      string   `bun:"node"`
-		N         int64    `bun:"n"`
-		Failed    int64    `bun:"failed"`
-		Abandoned int64    `bun:"abandoned"`
-		P50       *float64 `bun:"p50"`
-		P95       *float64 `bun:"p95"`
-	}
-	var reached, ends, runs []nodeRow
-	err = s.db.NewRaw(s.q(insightsScope+`,
-		firsts AS (SELECT x.execution_id, x.node, min(x.at) AS at FROM (
-				SELECT v.execution_id, v.node, v.set_at AS at FROM {s}."values" v JOIN e ON e.id = v.execution_id
-				UNION ALL SELECT h.execution_id, h.node, h.changed_at FROM {s}.value_history h JOIN e ON e.id = h.execution_id
-					WHERE h.value IS NOT NULL) x
-			GROUP BY x.execution_id, x.node)
-		SELECT v.node, count(*) AS n, 0 AS failed, 0 AS abandoned, `+percentiles("f.at - e.created_at")+`
-		FROM {s}."values" v JOIN e ON e.id = v.execution_id
-			JOIN firsts f ON f.execution_id = v.execution_id AND f.node = v.node
-		GROUP BY v.node`), scope...).Scan(ctx, &reached)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("counting the nodes reached: %w", err)
-	}
-	err = s.db.NewRaw(s.q(insightsScope+` SELECT l.node, count(*) AS n, 0 AS failed, 0 AS abandoned, NULL AS p50, NULL AS p95
-		FROM last l WHERE l.set_at < ?::timestamptz - ? * interval '1 second' GROUP BY l.node`),
-		append(scope, now, q.IdleAfter.Seconds())...).Scan(ctx, &ends)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("counting where the executions end: %w", err)
-	}
-	err = s.db.NewRaw(s.q(insightsScope+` SELECT c.node, count(*) AS n,
-			count(*) FILTER (WHERE c.state = 'FAILED') AS failed, count(*) FILTER (WHERE c.state = 'ABANDONED') AS abandoned,
-			`+percentiles("c.finished_at - c.claimed_at")+`
-		FROM {s}.computations c JOIN e ON e.id = c.execution_id GROUP BY c.node`), scope...).Scan(ctx, &runs)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("counting the attempts: %w", err)
-	}
-	byNode := func(rows []nodeRow, node string) nodeRow {
-		for _, r := range rows {
-			if r.Node == node {
-				return r
-			}
+	type key struct{ measure, node string }
+	type sum struct{ n, failed, abandoned int64 }
+	totals := map[key]sum{}
+	inWindow := func(i int) bool { return i >= 0 && i < buckets }
+	for _, r := range sums {
+		k := key{r.Measure, r.Node}
+		totals[k] = sum{totals[k].n + r.N, totals[k].failed + r.Failed, totals[k].abandoned + r.Abandoned}
+		switch {
+		case r.Measure == "executions" && inWindow(r.I):
+			out.Series[r.I].Started += r.N
+		case r.Measure == "finished" && inWindow(r.I):
+			p := &out.Series[r.I]
+			p.Succeeded, p.Failed, p.Abandoned = p.Succeeded+r.N, p.Failed+r.Failed, p.Abandoned+r.Abandoned
 		}
-		return nodeRow{}
 	}
+	hists, points := map[key]histogram{}, make([]histogram, buckets)
+	for _, b := range bins {
+		k := key{b.Measure, b.Node}
+		if hists[k] == nil {
+			hists[k] = histogram{}
+		}
+		hists[k][b.Bin] += b.N
+		if b.Measure == "finished" && inWindow(b.I) {
+			if points[b.I] == nil {
+				points[b.I] = histogram{}
+			}
+			points[b.I][b.Bin] += b.N
+		}
+	}
+	for i, h := range points {
+		out.Series[i].RunP50, out.Series[i].RunP95 = h.quantile(0.5), h.quantile(0.95)
+	}
+	out.Executions = totals[key{"executions", ""}].n
+	last := hists[key{"executions", ""}]
+	out.ToLastValueP50, out.ToLastValueP95 = last.quantile(0.5), last.quantile(0.95)
 	for _, n := range versions[0].Nodes {
-		r, e, c := byNode(reached, n.Name), byNode(ends, n.Name), byNode(runs, n.Name)
-		ni := NodeInsight{Node: n.Name, Kind: kindOf(n.Kind), Reached: r.N, ToReachP50: seconds(r.P50), ToReachP95: seconds(r.P95),
-			EndsHere: e.N, Attempts: c.N, Failures: c.Failed, Abandonments: c.Abandoned, RunP50: seconds(c.P50), RunP95: seconds(c.P95)}
+		reach, ran := hists[key{"reached", n.Name}], totals[key{"ran", n.Name}]
+		ni := NodeInsight{Node: n.Name, Kind: kindOf(n.Kind), Reached: totals[key{"reached", n.Name}].n,
+			ToReachP50: reach.quantile(0.5), ToReachP95: reach.quantile(0.95), EndsHere: totals[key{"ended", n.Name}].n,
+			Attempts: ran.n, Failures: ran.failed, Abandonments: ran.abandoned}
+		ni.RunP50, ni.RunP95 = hists[key{"ran", n.Name}].quantile(0.5), hists[key{"ran", n.Name}].quantile(0.95)
 		if out.Executions > 0 {
-			ni.ReachedPct = 100 * float64(r.N) / float64(out.Executions)
+			ni.ReachedPct = 100 * float64(ni.Reached) / float64(out.Executions)
 		}
 		out.Nodes = append(out.Nodes, ni)
-	}
-	if out.Series, err = s.insightSeries(ctx, q, scope, now); err != nil {
-		return nil, err
 	}
 	return out, nil
 }
 
-// insightSeries reads the series of q: per bucket from the start of the window, the executions
-// started, and the attempts that finished, by outcome, with their run times.
-func (s *Store) insightSeries(ctx context.Context, q InsightsQuery, scope []any, now time.Time) ([]InsightPoint, error) {
-	start := now.Add(-q.Since)
-	buckets := int(math.Ceil(float64(q.Since) / float64(q.Bucket)))
-	type bucketRow struct {
-		I         int      `bun:"i"`
-		Started   int64    `bun:"started"`
-		Succeeded int64    `bun:"succeeded"`
-		Failed    int64    `bun:"failed"`
-		Abandoned int64    `bun:"abandoned"`
-		P50       *float64 `bun:"p50"`
-		P95       *float64 `bun:"p95"`
-	}
-	var rows []bucketRow
-	err := s.db.NewRaw(s.q(insightsScope+`,
-		st AS (SELECT floor(extract(epoch FROM e.created_at - ?::timestamptz) / ?)::int AS i, count(*) AS started
-			FROM e GROUP BY 1),
-		fin AS (SELECT floor(extract(epoch FROM c.finished_at - ?::timestamptz) / ?)::int AS i,
-				count(*) FILTER (WHERE c.state = 'SUCCESS') AS succeeded, count(*) FILTER (WHERE c.state = 'FAILED') AS failed,
-				count(*) FILTER (WHERE c.state = 'ABANDONED') AS abandoned, `+percentiles("c.finished_at - c.claimed_at")+`
-			FROM {s}.computations c JOIN e ON e.id = c.execution_id WHERE c.finished_at >= ?::timestamptz GROUP BY 1)
-		SELECT i, coalesce(st.started, 0) AS started, coalesce(fin.succeeded, 0) AS succeeded,
-			coalesce(fin.failed, 0) AS failed, coalesce(fin.abandoned, 0) AS abandoned, fin.p50, fin.p95
-		FROM st FULL JOIN fin USING (i) ORDER BY i`),
-		append(scope, start, q.Bucket.Seconds(), start, q.Bucket.Seconds(), start)...).Scan(ctx, &rows)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("reading the series: %w", err)
-	}
-	series := make([]InsightPoint, buckets)
-	for i := range series {
-		series[i].At = start.Add(time.Duration(i) * q.Bucket)
-	}
-	for _, r := range rows {
-		if r.I < 0 || r.I >= buckets {
-			continue
-		}
-		series[r.I] = InsightPoint{At: series[r.I].At, Started: r.Started, Succeeded: r.Succeeded, Failed: r.Failed,
-			Abandoned: r.Abandoned, RunP50: seconds(r.P50), RunP95: seconds(r.P95)}
-	}
-	return series, nil
-}
+// histogram counts durations per bin: bin b holds those in [2^(b/4), 2^((b+1)/4)) microseconds,
+// and bin 0 the shorter ones too.
+type histogram map[int]int64
 
-// seconds turns a number of seconds, if any, into a duration.
-func seconds(f *float64) time.Duration {
-	if f == nil {
+// quantile estimates the q-quantile of h as the middle of the bin it falls in, within 9%; 0 for
+// an empty histogram.
+func (h histogram) quantile(q float64) time.Duration {
+	var n int64
+	for _, c := range h {
+		n += c
+	}
+	if n == 0 {
 		return 0
 	}
-	return time.Duration(*f * float64(time.Second)).Round(time.Microsecond)
+	rank, seen := int64(math.Ceil(q*float64(n))), int64(0)
+	for _, b := range slices.Sorted(maps.Keys(h)) {
+		if seen += h[b]; seen >= rank {
+			return time.Duration(math.Exp2((float64(b)+0.5)/4) * float64(time.Microsecond)).Round(time.Microsecond)
+		}
+	}
+	return 0
 }
+
+// binOf is the SQL of the histogram bin of the interval x.
+func binOf(x string) string {
+	return `floor(4 * ln(greatest(extract(epoch FROM ` + x + `)::float8 * 1e6, 1)) / ln(2))::smallint`
+}
+
+// rollLockKey names the advisory lock that a roll holds, one at a time per schema.
+func (s *Store) rollLockKey() string { return "journey-insights:" + s.schema }
+
+// markSQL marks the minutes of the executions $1 as out of date, for the roll: a write that
+// neither creates an execution nor ends an attempt sends it with its COMMIT. A minute already
+// marked costs an index lookup.
+const markSQL = `INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
+	SELECT DISTINCT graph_name, graph_version, date_trunc('minute', created_at) FROM {s}.executions WHERE id = ANY($1)
+	ON CONFLICT DO NOTHING`
+
+// rollChunk is how many marked minutes one transaction of the roll brings up to date.
+const rollChunk = 32
+
+// rollLagCap bounds how far behind the transactions in progress the watermark stays: a
+// transaction of the runtime that stays open longer, and then creates an execution or ends an
+// attempt, is not marked (the next write to its execution marks it).
+const rollLagCap = time.Minute
+
+// RollInBackground is the budget of a roll in the background (RollInsights), which the sweep
+// lease holder runs.
+const RollInBackground time.Duration = -1
+
+// backgroundBudget bounds a roll in the background, which the sweep lease holder runs apart from
+// its passes. rollWeight: in the background, a minute is rolled again only after rollWeight
+// times what its last roll took.
+const (
+	backgroundBudget = time.Minute
+	rollWeight       = 10
+)
+
+// RollInsights brings the insight cells up to date: it marks the minutes of the executions
+// created and of the attempts ended since its watermark, claims the minutes that writes marked,
+// then brings the claimed minutes of graph ("" for every graph) up to date, a chunk per
+// transaction, until none is left or budget has passed. It returns how many are left. The first
+// roll marks every minute that has executions.
+//
+// A reading's roll (a positive budget) stops each chunk's statement when the budget runs out, so
+// that the reading answers in time. A roll in the background (budget RollInBackground) leaves the
+// minutes that are still filling, and those whose last roll was recent for their size, and takes
+// as long as a chunk needs.
+func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Duration) (int, error) {
+	began, background := time.Now(), budget == RollInBackground
+	if background {
+		budget = backgroundBudget
+	}
+	timeout := func() time.Duration {
+		if background {
+			return 0
+		}
+		return max(budget-time.Since(began), 50*time.Millisecond)
+	}
+	err := s.rollTx(ctx, timeout(), func(ctx context.Context, tx bun.Tx) error {
+		// The new watermark stays behind the oldest transaction in progress: what it writes later
+		// carries its start time, or a later one.
+		var w struct {
+			From time.Time `bun:"from_at"` // the zero time at the first roll
+			Next time.Time `bun:"next_at"`
+		}
+		err := tx.NewRaw(s.q(`SELECT coalesce((SELECT at FROM {s}.insight_watermark), '0001-01-01Z') AS from_at,
+				coalesce(?::timestamptz, now()) - least(greatest(now() - coalesce((SELECT min(xact_start) FROM pg_stat_activity
+					WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()), now()),
+					interval '0'), ? * interval '1 millisecond') - interval '1 second' AS next_at`),
+			s.clock.NowOrNil(), rollLagCap.Milliseconds()).Scan(ctx, &w)
+		if err != nil {
+			return fmt.Errorf("reading the watermark: %w", err)
+		}
+		if _, err := tx.NewRaw(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
+				SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions WHERE created_at >= ?
+				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
+				FROM {s}.computations c JOIN {s}.executions e ON e.id = c.execution_id
+				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND ? -- at the first roll, every execution's minute is marked
+			ON CONFLICT DO NOTHING`), w.From, w.From, !w.From.IsZero()).Exec(ctx); err != nil {
+			return fmt.Errorf("marking what changed since %v: %w", w.From, err)
+		}
+		if _, err := tx.NewRaw(s.q(`WITH c AS (DELETE FROM {s}.insight_marks WHERE NOT claimed RETURNING graph_name, graph_version, minute)
+			INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed) SELECT DISTINCT *, true FROM c
+			ON CONFLICT DO NOTHING`)).Exec(ctx); err != nil {
+			return fmt.Errorf("claiming the marked minutes: %w", err)
+		}
+		_, err = tx.NewRaw(s.q(`INSERT INTO {s}.insight_watermark (at) VALUES (greatest(?::timestamptz, ?::timestamptz))
+			ON CONFLICT (one) DO UPDATE SET at = excluded.at`), w.From, w.Next).Exec(ctx)
+		return err
+	})
+	for err == nil {
+		var rolled int
+		if rolled, err = s.rollChunk(ctx, graph, background, timeout()); rolled < rollChunk || time.Since(began) >= budget {
+			break
+		}
+	}
+	switch {
+	case !background && isStatementTimeout(err): // the rest is the sweep's
+	case err != nil:
+		return 0, fmt.Errorf("rolling the insights: %w", err)
+	}
+	var left int
+	err = s.db.NewRaw(s.q(`SELECT count(*) FROM {s}.insight_marks WHERE claimed AND (? = '' OR graph_name = ?)`),
+		graph, graph).Scan(ctx, &left)
+	return left, err
+}
+
+// rollChunk brings up to date the cells of up to rollChunk claimed minutes of graph ("" for
+// every graph), oldest first, in one transaction, and returns how many. In the background, it
+// leaves the current and the last minute, and the minutes rolled less than rollWeight times their
+// last roll's time ago. A timeout, if not 0, bounds its statements.
+func (s *Store) rollChunk(ctx context.Context, graph string, background bool, timeout time.Duration) (int, error) {
+	var n int
+	err := s.rollTx(ctx, timeout, func(ctx context.Context, tx bun.Tx) error {
+		var marks []struct {
+			Graph   string    `bun:"graph_name"`
+			Version string    `bun:"graph_version"`
+			Minute  time.Time `bun:"minute"`
+		}
+		err := tx.NewRaw(s.q(`DELETE FROM {s}.insight_marks WHERE (graph_name, graph_version, minute, claimed) IN (
+				SELECT m.graph_name, m.graph_version, m.minute, m.claimed FROM {s}.insight_marks m
+					LEFT JOIN {s}.insight_minutes r USING (graph_name, graph_version, minute)
+				WHERE m.claimed AND (? = '' OR m.graph_name = ?)
+					AND (NOT ? OR (m.minute < date_trunc('minute', coalesce(?::timestamptz, now())) - interval '1 minute'
+						AND (r.rolled_at IS NULL OR r.rolled_at + ? * r.cost_ms * interval '1 millisecond' <= coalesce(?::timestamptz, now()))))
+				ORDER BY m.minute LIMIT ?)
+			RETURNING graph_name, graph_version, minute`),
+			graph, graph, background, s.clock.NowOrNil(), rollWeight, s.clock.NowOrNil(), rollChunk).Scan(ctx, &marks)
+		if err != nil && !isNoRows(err) {
+			return err
+		}
+		if n = len(marks); n == 0 {
+			return nil
+		}
+		gs, vs, ms := make([]string, n), make([]string, n), make([]time.Time, n)
+		for i, m := range marks {
+			gs[i], vs[i], ms[i] = m.Graph, m.Version, m.Minute
+		}
+		b := []any{pgdialect.Array(gs), pgdialect.Array(vs), pgdialect.Array(ms)}
+		began := time.Now()
+		if _, err := tx.NewRaw(s.q(`DELETE FROM {s}.insight_cells c USING unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m)
+			WHERE c.graph_name = b.g AND c.minute = b.m AND c.graph_version = b.v`), b...).Exec(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.NewRaw(s.q(rollSQL), b...).Exec(ctx); err != nil {
+			return err
+		}
+		_, err = tx.NewRaw(s.q(`INSERT INTO {s}.insight_minutes (graph_name, graph_version, minute, rolled_at, cost_ms)
+			SELECT g, v, m, coalesce(?::timestamptz, now()), ? FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m)
+			ON CONFLICT (graph_name, graph_version, minute) DO UPDATE SET rolled_at = excluded.rolled_at, cost_ms = excluded.cost_ms`),
+			append([]any{s.clock.NowOrNil(), time.Since(began).Milliseconds()}, b...)...).Exec(ctx)
+		return err
+	})
+	return n, err
+}
+
+// rollTx runs fn in a transaction that holds the roll's lock, one roll at a time per schema. A
+// timeout, if not 0, bounds its statements, the wait for the lock included. jit is off: the
+// planner's guess of a chunk's size lifts its cost over jit_above_cost, and compiling took longer
+// than the statement (the runtime's own connections have it off already).
+func (s *Store) rollTx(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, tx bun.Tx) error) error {
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		_, err := tx.ExecContext(ctx, "SELECT set_config('jit', 'off', true), set_config('statement_timeout', ?, true)",
+			strconv.FormatInt(timeout.Milliseconds(), 10))
+		if err == nil {
+			_, err = tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", s.rollLockKey())
+		}
+		if err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+}
+
+// rollSQL computes the cells of the minutes given as three arrays (graph, version, minute) from
+// the executions that started in them, their values and their attempts (see migration 0021).
+// Each execution's rows are found through its index, one lateral join each (OFFSET 0 keeps it
+// so): the planner takes a minute for 5,000 executions, and read every value of the table.
+var rollSQL = `WITH e AS (
+		SELECT e.id, b.g, b.v, b.m, e.created_at, e.archived
+		FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m),
+			LATERAL (SELECT id, created_at, archived_at IS NOT NULL AS archived FROM {s}.executions
+				WHERE graph_name = b.g AND graph_version = b.v AND created_at >= b.m AND created_at < b.m + interval '1 minute'
+				OFFSET 0) e),
+	vals AS (SELECT e.*, x.node, x.set_at, x.first_at FROM e, LATERAL (SELECT v.node, v.set_at, least(v.set_at, (SELECT min(h.changed_at)
+				FROM {s}.value_history h WHERE h.execution_id = e.id AND h.node = v.node AND h.value IS NOT NULL)) AS first_at
+			FROM {s}."values" v WHERE v.execution_id = e.id OFFSET 0) x),
+	last AS (SELECT DISTINCT ON (id) * FROM vals ORDER BY id, set_at DESC, node),
+	ran AS (SELECT e.*, c.node, c.state, c.finished_at, c.finished_at - c.claimed_at AS run
+		FROM e, LATERAL (SELECT node, state, claimed_at, finished_at FROM {s}.computations
+			WHERE execution_id = e.id AND state IN ('SUCCESS', 'FAILED', 'ABANDONED') OFFSET 0) c),
+	facts AS (
+		SELECT e.g, e.v, e.m, e.archived, 'executions' AS measure, '' AS node, e.m AS at, l.set_at - e.created_at AS d, NULL AS state
+		FROM e LEFT JOIN last l ON l.id = e.id
+		UNION ALL SELECT g, v, m, archived, 'reached', node, m, first_at - created_at, NULL FROM vals
+		UNION ALL SELECT g, v, m, archived, 'ended', node, date_trunc('second', set_at), NULL, NULL FROM last
+		UNION ALL SELECT g, v, m, archived, 'ran', node, m, run, state FROM ran
+		UNION ALL SELECT g, v, m, archived, 'finished', '', date_trunc('minute', finished_at), run, state FROM ran),
+	binned AS (SELECT g, v, m, archived, measure, node, at, ` + binOf("d") + ` AS bin, count(*) AS n,
+			count(*) FILTER (WHERE state = 'SUCCESS') AS succeeded, count(*) FILTER (WHERE state = 'FAILED') AS failed,
+			count(*) FILTER (WHERE state = 'ABANDONED') AS abandoned
+		FROM facts GROUP BY 1, 2, 3, 4, 5, 6, 7, 8)
+	INSERT INTO {s}.insight_cells (graph_name, minute, graph_version, archived, measure, node, at, n, failed, abandoned, bins, counts)
+	SELECT g, m, v, archived, measure, node, at, CASE measure WHEN 'finished' THEN sum(succeeded) ELSE sum(n) END,
+		sum(failed), sum(abandoned), array_agg(bin ORDER BY bin) FILTER (WHERE bin IS NOT NULL),
+		array_agg(n ORDER BY bin) FILTER (WHERE bin IS NOT NULL)
+	FROM binned GROUP BY 1, 2, 3, 4, 5, 6, 7`
 
 // kindOf returns the kind whose name is name, as graph.Kind.String gives it, or 0.
 func kindOf(name string) graph.Kind {

@@ -22,6 +22,13 @@ func isLockTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
+// isStatementTimeout reports whether err is PostgreSQL's query_canceled, which statement_timeout
+// raises.
+func isStatementTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
+
 // lockTimeoutSetting is the store's lock timeout as a value of lock_timeout.
 func (s *Store) lockTimeoutSetting() string {
 	return strconv.FormatInt(max(s.lockTimeout.Milliseconds(), 1), 10) + "ms"

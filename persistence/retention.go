@@ -80,7 +80,10 @@ func (s *Store) pruneAttempts(ctx context.Context, cutoff time.Time, limit int) 
 				AND c.finished_at >= ? AND (c.finished_at, c.id) > (?, ?)
 			ORDER BY c.finished_at, c.id LIMIT ?),
 		doomed AS (SELECT id, finished_at FROM examined WHERE superseded ORDER BY finished_at, id LIMIT ?),
-		gone AS (DELETE FROM {s}.computations c USING doomed WHERE c.id = doomed.id RETURNING c.id),
+		gone AS (DELETE FROM {s}.computations c USING doomed WHERE c.id = doomed.id RETURNING c.id, c.execution_id),
+		marked AS (INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
+			SELECT DISTINCT e.graph_name, e.graph_version, date_trunc('minute', e.created_at)
+			FROM gone JOIN {s}.executions e ON e.id = gone.execution_id ON CONFLICT DO NOTHING),
 		next AS (SELECT finished_at, id FROM (
 				(SELECT finished_at, id, 0 AS pick FROM doomed WHERE (SELECT count(*) FROM doomed) = ?
 					ORDER BY finished_at DESC, id DESC LIMIT 1)

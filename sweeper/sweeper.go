@@ -3,6 +3,7 @@ package sweeper
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,8 @@ const (
 	DefaultReplicaRetention = 24 * time.Hour
 	// DefaultStrandedEvery is how often the sweep lease holder looks for stranded graph versions.
 	DefaultStrandedEvery = time.Minute
+	// DefaultInsightsEvery is how often the sweep lease holder rolls the insights up.
+	DefaultInsightsEvery = 10 * time.Second
 	// DefaultRetention is how long finished attempts, value history and delivered notifications
 	// are kept.
 	DefaultRetention = 7 * 24 * time.Hour
@@ -50,6 +53,9 @@ type Config struct {
 	// with work left on a graph version that no live replica serves, and logs a warning for
 	// each such version. Default 1 minute.
 	StrandedEvery time.Duration
+	// InsightsEvery is how often the replica that holds the sweep lease brings the cells behind
+	// Insights up to date, apart from its passes. Default 10 seconds.
+	InsightsEvery time.Duration
 	Logger        *slog.Logger
 	// Telemetry counts the abandonments. Default: none.
 	Telemetry *telemetry.Telemetry
@@ -66,6 +72,14 @@ type Sweeper struct {
 	sweeping atomic.Bool
 	// strandedAt is when the last look for stranded versions ran (see Config.StrandedEvery).
 	strandedAt time.Time
+	// rolledAt is when the insights were last rolled up (see Config.InsightsEvery); rollBusy
+	// is true while a roll runs, in a goroutine of its own that rolling counts and rollCtx
+	// (canceled by stopRoll) stops.
+	rolledAt time.Time
+	rollBusy atomic.Bool
+	rolling  sync.WaitGroup
+	rollCtx  context.Context
+	stopRoll context.CancelFunc
 }
 
 // New returns a Sweeper with defaults filled in.
@@ -85,6 +99,9 @@ func New(cfg Config) *Sweeper {
 	if cfg.StrandedEvery <= 0 {
 		cfg.StrandedEvery = DefaultStrandedEvery
 	}
+	if cfg.InsightsEvery <= 0 {
+		cfg.InsightsEvery = DefaultInsightsEvery
+	}
 	if cfg.ReplicaRetention <= 0 {
 		cfg.ReplicaRetention = DefaultReplicaRetention
 	}
@@ -92,7 +109,9 @@ func New(cfg Config) *Sweeper {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Telemetry = telemetry.Or(cfg.Telemetry)
-	return &Sweeper{cfg: cfg, logger: cfg.Logger.With("service", "sweeper")}
+	s := &Sweeper{cfg: cfg, logger: cfg.Logger.With("service", "sweeper")}
+	s.rollCtx, s.stopRoll = context.WithCancel(context.Background())
+	return s
 }
 
 // SampleStates counts the active computations of the served graphs, if this replica holds the
@@ -157,7 +176,29 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 		s.logger.Debug("rows past their retention deleted", "count", res.Deleted)
 	}
 	s.warnStranded(ctx)
+	s.rollInsights()
 	return res, nil
+}
+
+// rollInsights starts bringing the cells behind Insights up to date, apart from the pass, every
+// InsightsEvery at most, unless the last roll still runs. Release stops it.
+func (s *Sweeper) rollInsights() {
+	if time.Since(s.rolledAt) < s.cfg.InsightsEvery || !s.rollBusy.CompareAndSwap(false, true) {
+		return
+	}
+	s.rolledAt = time.Now()
+	s.rolling.Add(1)
+	go func() {
+		defer s.rolling.Done()
+		defer s.rollBusy.Store(false)
+		left, err := s.cfg.Store.RollInsights(s.rollCtx, "", persistence.RollInBackground)
+		switch {
+		case err != nil && s.rollCtx.Err() == nil:
+			s.logger.Warn("rolling the insights up failed; the next pass tries again", "error", err)
+		case left > 0:
+			s.logger.Debug("insights rolled up in part", "minutes_left", left)
+		}
+	}()
 }
 
 // warnStranded logs a warning for each graph version that no live replica serves while some of
@@ -181,6 +222,8 @@ func (s *Sweeper) warnStranded(ctx context.Context) {
 
 // Release gives up the sweep lease, at a graceful stop, so that another replica sweeps at once.
 func (s *Sweeper) Release(ctx context.Context) error {
+	s.stopRoll()
+	s.rolling.Wait()
 	s.sweeping.Store(false)
 	return s.cfg.Store.ReleaseLease(ctx, s.cfg.Store.SweepLease(), s.cfg.ReplicaID)
 }

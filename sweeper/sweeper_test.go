@@ -533,3 +533,28 @@ func TestStrandedVersionIsWarnedOf(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, log.String(), "no live replica serves")
 }
+
+// The sweep lease holder rolls the insights up apart from its pass, and Release waits for it.
+func TestRollsTheInsightsUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, schema := migrated(t)
+	stub := clock.NewStub(time.Now())
+	g := graph.MustNew("roll", "v1", []graph.Node{graph.Input("x")})
+	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	_, err = store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, nil})
+	require.NoError(t, err)
+	stub.Advance(3 * time.Minute) // the executions' minute is no longer filling
+
+	s := sweeper.New(sweeper.Config{Store: store, ReplicaID: "r1", InsightsEvery: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)})
+	_, err = s.RunOnce(ctx)
+	require.NoError(t, err)
+	cells := func() (n int) {
+		require.NoError(t, db.NewRaw("SELECT coalesce(sum(n), 0) FROM "+schema+".insight_cells WHERE measure = 'executions'").Scan(ctx, &n))
+		return n
+	}
+	require.Eventually(t, func() bool { return cells() == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, s.Release(ctx))
+}

@@ -24,6 +24,8 @@ type insightsJSON struct {
 	ToLastValueP95 float64            `json:"to_last_value_p95_ms"`
 	Nodes          []nodeInsightJSON  `json:"nodes"`
 	Series         []insightPointJSON `json:"series"`
+	// PendingMinutes: minutes of executions whose changes the answer does not show yet.
+	PendingMinutes int `json:"pending_minutes"`
 }
 
 type nodeInsightJSON struct {
@@ -86,7 +88,7 @@ func runInsights(ctx context.Context, env *environment, args []string) int {
 
 func toInsightsJSON(ins *persistence.Insights) insightsJSON {
 	out := insightsJSON{Graph: ins.Graph, Executions: ins.Executions, ToLastValueP50: msOf(ins.ToLastValueP50),
-		ToLastValueP95: msOf(ins.ToLastValueP95), Nodes: []nodeInsightJSON{}, Series: []insightPointJSON{}}
+		ToLastValueP95: msOf(ins.ToLastValueP95), Nodes: []nodeInsightJSON{}, Series: []insightPointJSON{}, PendingMinutes: ins.Pending}
 	for _, n := range ins.Nodes {
 		out.Nodes = append(out.Nodes, nodeInsightJSON{Node: n.Node, Kind: n.Kind.String(), Reached: n.Reached,
 			ReachedPct: n.ReachedPct, ToReachP50: msOf(n.ToReachP50), ToReachP95: msOf(n.ToReachP95), EndsHere: n.EndsHere,
@@ -126,4 +128,7 @@ func showInsights(env *environment, ins *persistence.Insights) {
 			fmt.Sprint(p.Failed), fmt.Sprint(p.Abandoned), fmt.Sprintf("%v / %v", p.RunP50.Round(time.Millisecond), p.RunP95.Round(time.Millisecond))})
 	}
 	table(env.stdout, "FROM\tSTARTED\tSUCCEEDED\tFAILED\tABANDONED\tRUN p50 / p95", rows)
+	if ins.Pending > 0 {
+		fmt.Fprintf(env.stdout, "\nThe changes of %d minute(s) of executions are not counted yet: the sweep brings them in.\n", ins.Pending)
+	}
 }
