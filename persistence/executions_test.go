@@ -88,7 +88,7 @@ func TestCreateExecutionsIsCreateThenSetValues(t *testing.T) {
 		}
 		want = append(want, ref.startState(t, e.ID))
 	}
-	execs, err := bulk.store.CreateExecutions(ctx, g, items)
+	execs, err := bulk.store.CreateExecutions(ctx, g, items, nil)
 	require.NoError(t, err)
 	require.Len(t, execs, len(items))
 	for i, e := range execs {
@@ -118,7 +118,7 @@ func TestIdleStartIsOneRoundTrip(t *testing.T) {
 	}{{testGraph("store"), 1, 0}, {eager, 2, 1}} {
 		b := setup(t, c.g)
 		s, log, _ := b.tracedStore(t)
-		execs, err := s.CreateExecutions(ctx, c.g, []map[string]json.RawMessage{nil, {}})
+		execs, err := s.CreateExecutions(ctx, c.g, []map[string]json.RawMessage{nil, {}}, nil)
 		require.NoError(t, err)
 		// The NOTIFY of the eager graph's work follows the commit, on a connection of its own.
 		s.NotesSent()
@@ -159,7 +159,7 @@ func TestCreateExecutionsNotifiesOnce(t *testing.T) {
 	for i := range items {
 		items[i] = map[string]json.RawMessage{"x": json.RawMessage(`1`)}
 	}
-	execs, err := b.store.CreateExecutions(ctx, b.g, items)
+	execs, err := b.store.CreateExecutions(ctx, b.g, items, nil)
 	require.NoError(t, err)
 	require.Len(t, execs, n)
 	counts, err := b.store.StateCounts(ctx)
