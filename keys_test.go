@@ -18,6 +18,14 @@ import (
 	"github.com/journey-go/journey/graph"
 )
 
+// setupKeyed gives a test of keys a runtime serving incGraph on a fresh schema.
+func setupKeyed(t *testing.T) (*graph.Graph, journey.Config, *journey.Runtime, context.Context) {
+	t.Helper()
+	g := incGraph()
+	cfg := testConfig(t, g)
+	return g, cfg, newRuntime(t, cfg), testCtx(t)
+}
+
 // startPaths are the ways a Start goes: alone, for a caller's trace; grouped with other Starts
 // that set values; and, with no values on a graph that starts idle, grouped with Sets.
 var startPaths = []struct {
@@ -150,10 +158,7 @@ func TestConcurrentKeyedStartsMakeOneExecution(t *testing.T) {
 // to one execution, and "" is no key.
 func TestStartManyWithKeys(t *testing.T) {
 	t.Parallel()
-	g := incGraph()
-	cfg := testConfig(t, g)
-	rt := newRuntime(t, cfg)
-	ctx := testCtx(t)
+	g, cfg, rt, ctx := setupKeyed(t)
 	held, err := rt.Start(ctx, g, journey.WithKey("a"), journey.WithValues(map[string]any{"x": 100}))
 	require.NoError(t, err)
 
@@ -196,10 +201,7 @@ func TestStartManyWithKeys(t *testing.T) {
 // item) and FindByKey, with a *TextError; a key of the largest size is fine.
 func TestBadKeysStartNothing(t *testing.T) {
 	t.Parallel()
-	g := incGraph()
-	cfg := testConfig(t, g)
-	rt := newRuntime(t, cfg)
-	ctx := testCtx(t)
+	g, cfg, rt, ctx := setupKeyed(t)
 	for _, tc := range []struct{ name, key, rule string }{
 		{"NUL", "order\x00-1", "NUL"},
 		{"invalid UTF-8", "order-\xff", "UTF-8"},
@@ -241,10 +243,7 @@ func requireKeyRefused(t *testing.T, err error, rule string) {
 // ErrKeyHeld and changes nothing, and works once that one is archived. FindByKey and List follow.
 func TestArchiveFreesTheKey(t *testing.T) {
 	t.Parallel()
-	g := incGraph()
-	cfg := testConfig(t, g)
-	rt := newRuntime(t, cfg)
-	ctx := testCtx(t)
+	g, _, rt, ctx := setupKeyed(t)
 	first, err := rt.Start(ctx, g, journey.WithKey("k"), journey.WithValues(map[string]any{"x": 1}))
 	require.NoError(t, err)
 	found, err := rt.FindByKey(ctx, "inc", "k")
@@ -312,10 +311,7 @@ func TestArchiveFreesTheKey(t *testing.T) {
 // never more than one unarchived execution holds it.
 func TestKeyedStartsRaceArchives(t *testing.T) {
 	t.Parallel()
-	g := incGraph()
-	cfg := testConfig(t, g)
-	rt := newRuntime(t, cfg)
-	ctx := testCtx(t)
+	g, _, rt, ctx := setupKeyed(t)
 	const rounds, starters = 30, 4
 	var wg sync.WaitGroup
 	done := make(chan struct{})
