@@ -634,7 +634,11 @@ func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Execution %s of graph %q version %q, revision %d\n", e.ID, e.Graph, e.Version, e.Revision)
+	fmt.Fprintf(&b, "Execution %s of graph %q version %q", e.ID, e.Graph, e.Version)
+	if e.Key != "" {
+		fmt.Fprintf(&b, ", key %q", e.Key)
+	}
+	fmt.Fprintf(&b, ", revision %d\n", e.Revision)
 	b.WriteString("Values:\n")
 	names := make([]string, 0, len(vals))
 	for name := range vals {

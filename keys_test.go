@@ -77,6 +77,9 @@ func TestStartWithAKeyHeldReturnsItsExecution(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "order-1042", loaded.Key)
 			require.False(t, loaded.Existing, "Existing is only for Start")
+			summary, err := rt.Summarize(ctx, first.ID)
+			require.NoError(t, err)
+			require.Contains(t, summary, `version "v1", key "order-1042", revision `)
 
 			other, err := rt.Start(ctx, g, journey.WithKey("order-1043"))
 			require.NoError(t, err)
