@@ -31,12 +31,20 @@ type Execution struct {
 	ArchivedAt *time.Time
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// Key is the key the execution was started with (WithKey, WithKeys, or graph.SingletonKey
+	// for a graph.Singleton), "" for none.
+	Key string
+	// Existing is true on an execution that Start or StartMany returned for a key that it held
+	// already: that call started nothing, and did not apply its values. It is only meaningful on
+	// what Start and StartMany return; elsewhere it is false.
+	Existing bool
 }
 
 func toExecution(e *persistence.Execution) *Execution {
 	return &Execution{
 		ID: e.ID, Graph: e.GraphName, Version: e.GraphVersion, Revision: e.Revision,
 		ArchivedAt: e.ArchivedAt, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
+		Key: deref(e.Key), Existing: e.Existing,
 	}
 }
 
@@ -96,6 +104,7 @@ type StartOption func(*startOptions)
 
 type startOptions struct {
 	values map[string]any
+	key    string
 }
 
 // WithValues starts the execution with these input values set, as one change: the execution
@@ -105,10 +114,41 @@ func WithValues(values map[string]any) StartOption {
 	return func(o *startOptions) { o.values = values }
 }
 
+// WithKey starts the execution with a business key, such as an order number or a webhook's
+// delivery id: at most one unarchived execution of a graph (of any of its versions) holds a key,
+// which the database enforces with a unique index, whichever replicas start it and however often.
+// A Start with a key that an execution holds returns that execution, with Execution.Existing
+// true and no error: it starts nothing, and its WithValues are not applied (Set them, if they
+// must change). Of concurrent Starts with one key, one starts the execution and the others get
+// it. Archiving the execution frees its key; unarchiving it fails with ErrKeyHeld if another
+// execution holds the key by then.
+//
+// A key is valid UTF-8 with no NUL character, at most 1 KiB; another is refused with
+// ErrInvalidText, and starts nothing. "" is no key. A graph.Singleton graph has its one key, and
+// refuses another (ErrSingleton).
+func WithKey(key string) StartOption {
+	return func(o *startOptions) { o.key = key }
+}
+
+// checkKey returns the error of key, given to a start of g, before any SQL: a singleton graph
+// takes no key of its own, and a key must be storable text.
+func checkKey(g *graph.Graph, key string) error {
+	switch {
+	case key == "":
+		return nil
+	case g.Singleton():
+		return fmt.Errorf("%w: graph %q has the one key %q, and takes no other (%q); drop the key, or graph.Singleton()",
+			ErrSingleton, g.Name(), graph.SingletonKey, key)
+	}
+	return persistence.CheckText("key", key)
+}
+
 // Start starts an execution of g, which must be registered in Config.Graphs, and advances it:
 // nodes whose gate holds from the start get their computations at once. WithValues sets inputs
 // in the same transaction; an unknown node, a node that is not an input, or a value that cannot
-// be stored (ErrUnknownNode, ErrNotInput, ErrInvalidValue) starts nothing.
+// be stored (ErrUnknownNode, ErrNotInput, ErrInvalidValue) starts nothing. With WithKey, or for a
+// graph.Singleton graph, it starts nothing if an execution holds the key, and returns that one,
+// with Existing true (see WithKey).
 func (r *Runtime) Start(ctx context.Context, g *graph.Graph, opts ...StartOption) (*Execution, error) {
 	if err := r.check(); err != nil {
 		return nil, err
@@ -119,7 +159,11 @@ func (r *Runtime) Start(ctx context.Context, g *graph.Graph, opts ...StartOption
 	return traced(ctx, r, "journey.Start", graphAttrs(g), func(ctx context.Context) (*Execution, error) {
 		ex, err := r.startOne(ctx, g, opts)
 		if err == nil {
-			trace.SpanFromContext(ctx).SetAttributes(telemetry.KeyExecution.String(ex.ID))
+			span := trace.SpanFromContext(ctx)
+			span.SetAttributes(telemetry.KeyExecution.String(ex.ID))
+			if ex.Key != "" {
+				span.SetAttributes(telemetry.KeyExecutionKey.String(ex.Key), telemetry.KeyExisting.Bool(ex.Existing))
+			}
 		}
 		return ex, err
 	})
@@ -131,38 +175,48 @@ func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOpti
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if err := checkKey(g, o.key); err != nil {
+		return nil, err
+	}
 	set, err := r.inputs(g, o.values)
 	if err != nil {
 		return nil, err
 	}
 	// A traced Start goes alone: the attempts it creates link to its own span.
 	if trace.SpanContextFromContext(ctx).IsValid() {
-		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set})
+		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set}, []string{o.key})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(execs[0]), nil
 	}
 	if len(set) == 0 && r.store.StartsIdle(g) {
-		w, err := r.writes.do(ctx, write{start: g})
+		w, err := r.writes.do(ctx, write{start: g, key: o.key})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(w.exec), nil
 	}
-	e, err := r.startsOf(g).do(ctx, set)
+	e, err := r.startsOf(g).do(ctx, start{set, o.key})
 	if err != nil {
 		return nil, err
 	}
 	return toExecution(e), nil
 }
 
-// write is a call of r.writes: the Start of an execution of start with no values, which starts
-// idle (persistence.Store.StartsIdle), or else set. The INSERT of an idle Start goes with the
-// COMMIT of the Sets that it meets, so that an application that starts an execution, then sets its
-// input, pays about one transaction for both under load.
+// start is a Start of r.starts: the values of the inputs, and the key.
+type start struct {
+	values map[string]json.RawMessage
+	key    string
+}
+
+// write is a call of r.writes: the Start of an execution of start with key (or none) and no
+// values, which starts idle (persistence.Store.StartsIdle), or else set. The INSERT of an idle
+// Start goes with the COMMIT of the Sets that it meets, so that an application that starts an
+// execution, then sets its input, pays about one transaction for both under load.
 type write struct {
 	start *graph.Graph
+	key   string
 	set   persistence.Setting
 }
 
@@ -175,15 +229,16 @@ type written struct {
 // writeAll makes the writes of ws in one transaction.
 func (r *Runtime) writeAll(ctx context.Context, ws []write) ([]written, error) {
 	var starts []*graph.Graph
+	var keys []string
 	var sets []persistence.Setting
 	for _, w := range ws {
 		if w.start != nil {
-			starts = append(starts, w.start)
+			starts, keys = append(starts, w.start), append(keys, w.key)
 		} else {
 			sets = append(sets, w.set)
 		}
 	}
-	execs, revs, err := r.store.Write(ctx, starts, sets)
+	execs, revs, err := r.store.Write(ctx, starts, keys, sets)
 	if err != nil {
 		return nil, err
 	}
@@ -199,31 +254,52 @@ func (r *Runtime) writeAll(ctx context.Context, ws []write) ([]written, error) {
 }
 
 // startsOf returns the group that gathers the concurrent Starts of g into one transaction.
-func (r *Runtime) startsOf(g *graph.Graph) *group[map[string]json.RawMessage, *persistence.Execution] {
+func (r *Runtime) startsOf(g *graph.Graph) *group[start, *persistence.Execution] {
 	if s, ok := r.starts.Load(g); ok {
-		return s.(*group[map[string]json.RawMessage, *persistence.Execution])
+		return s.(*group[start, *persistence.Execution])
 	}
-	s, _ := r.starts.LoadOrStore(g, &group[map[string]json.RawMessage, *persistence.Execution]{
+	s, _ := r.starts.LoadOrStore(g, &group[start, *persistence.Execution]{
 		max: groupMax,
-		write: func(ctx context.Context, items []map[string]json.RawMessage) ([]*persistence.Execution, error) {
-			return r.store.CreateExecutions(ctx, g, items)
+		write: func(ctx context.Context, starts []start) ([]*persistence.Execution, error) {
+			items, keys := make([]map[string]json.RawMessage, len(starts)), make([]string, len(starts))
+			for i, s := range starts {
+				items[i], keys[i] = s.values, s.key
+			}
+			return r.store.CreateExecutions(ctx, g, items, keys)
 		},
 	})
-	return s.(*group[map[string]json.RawMessage, *persistence.Execution])
+	return s.(*group[start, *persistence.Execution])
+}
+
+// StartManyOption modifies a StartMany.
+type StartManyOption func(*startManyOptions)
+
+type startManyOptions struct {
+	keys []string
+}
+
+// WithKeys gives the executions of StartMany their keys, one per item of inputs, "" for none: each
+// key as WithKey gives it to a Start. An item whose key an execution holds starts nothing and
+// returns that execution, with Existing true, its values not applied; so does an item whose key
+// an earlier item of the call has, which returns the same execution as that item.
+func WithKeys(keys []string) StartManyOption {
+	return func(o *startManyOptions) { o.keys = keys }
 }
 
 // StartMany starts one execution of g for each item of inputs, in one transaction, and returns
 // them in the order given. Each item's values are set as WithValues sets them: as one change, at
 // revision 1; a nil item starts an execution with no values. It is Start for bulk: the
 // executions, their values and their history go in with one statement each for the whole call,
-// which notifies the replicas once.
+// which notifies the replicas once. WithKeys gives them keys (see WithKey); for a
+// graph.Singleton graph, every item has its one key, so at most the first starts an execution.
 //
 // Bad input in any item fails the whole call and starts nothing: an unknown node
-// (ErrUnknownNode), a node that is not an input (ErrNotInput), or a value that is not
-// JSON-encodable, larger than Config.MaxValueBytes or holding a NUL character (ErrInvalidValue).
-// The error names the item as inputs[i], and the node. Empty inputs start nothing, and return
-// an empty slice.
-func (r *Runtime) StartMany(ctx context.Context, g *graph.Graph, inputs []map[string]any) ([]*Execution, error) {
+// (ErrUnknownNode), a node that is not an input (ErrNotInput), a value that is not
+// JSON-encodable, larger than Config.MaxValueBytes or holding a NUL character (ErrInvalidValue),
+// or a key that cannot be stored (ErrInvalidText). The error names the item as inputs[i], and
+// the node or the key. Keys of another number than inputs fail it too. Empty inputs start
+// nothing, and return an empty slice.
+func (r *Runtime) StartMany(ctx context.Context, g *graph.Graph, inputs []map[string]any, opts ...StartManyOption) ([]*Execution, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
@@ -232,21 +308,31 @@ func (r *Runtime) StartMany(ctx context.Context, g *graph.Graph, inputs []map[st
 	}
 	attrs := append(graphAttrs(g), telemetry.KeyExecutions.Int(len(inputs)))
 	return traced(ctx, r, "journey.StartMany", attrs, func(ctx context.Context) ([]*Execution, error) {
-		return r.startMany(ctx, g, inputs)
+		return r.startMany(ctx, g, inputs, opts)
 	})
 }
 
 // startMany is StartMany, in its span.
-func (r *Runtime) startMany(ctx context.Context, g *graph.Graph, inputs []map[string]any) ([]*Execution, error) {
+func (r *Runtime) startMany(ctx context.Context, g *graph.Graph, inputs []map[string]any, opts []StartManyOption) ([]*Execution, error) {
+	var o startManyOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.keys != nil && len(o.keys) != len(inputs) {
+		return nil, fmt.Errorf("WithKeys was given %d keys for %d inputs: give one per input, \"\" for none", len(o.keys), len(inputs))
+	}
 	items := make([]map[string]json.RawMessage, len(inputs))
 	for i, values := range inputs {
 		set, err := r.inputs(g, values)
+		if err == nil && o.keys != nil {
+			err = checkKey(g, o.keys[i])
+		}
 		if err != nil {
 			return nil, fmt.Errorf("inputs[%d]: %w", i, err)
 		}
 		items[i] = set
 	}
-	execs, err := r.store.CreateExecutions(ctx, g, items)
+	execs, err := r.store.CreateExecutions(ctx, g, items, o.keys)
 	if err != nil {
 		return nil, err
 	}
@@ -548,7 +634,11 @@ func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Execution %s of graph %q version %q, revision %d\n", e.ID, e.Graph, e.Version, e.Revision)
+	fmt.Fprintf(&b, "Execution %s of graph %q version %q", e.ID, e.Graph, e.Version)
+	if e.Key != "" {
+		fmt.Fprintf(&b, ", key %q", e.Key)
+	}
+	fmt.Fprintf(&b, ", revision %d\n", e.Revision)
 	b.WriteString("Values:\n")
 	names := make([]string, 0, len(vals))
 	for name := range vals {

@@ -44,6 +44,13 @@
 //	ex, err = rt.Start(ctx, onboarding, journey.WithValues(map[string]any{"name": "Mario", "email": "mario@example.com"}))
 //	execs, err := rt.StartMany(ctx, onboarding, []map[string]any{{"name": "Luigi"}, {"name": "Peach"}})
 //
+// A Start given a key starts nothing if an unarchived execution of the graph holds the key, and
+// returns that one, with Existing set: a retried request, a webhook delivered twice or two
+// replicas reacting to one event make one execution. A graph.Singleton graph has at most one:
+//
+//	ex, err = rt.Start(ctx, onboarding, journey.WithKey("signup-1042"))
+//	ex, err = rt.FindByKey(ctx, "onboarding", "signup-1042")
+//
 // Values, History, Computations and Summarize show what an execution holds, how it changed, what
 // ran, and what each pending node waits for; List and Count find executions by their values.
 // Errors match the sentinels with errors.Is: ErrNotFound, ErrNotSet, ErrComputationFailed and

@@ -35,6 +35,12 @@ var (
 	// ErrIncompatibleVersions means MoveVersion refused: the newer version does not keep every
 	// node of the older, of the same kind.
 	ErrIncompatibleVersions = persistence.ErrIncompatibleVersions
+	// ErrKeyHeld means Unarchive refused: another unarchived execution of the graph holds the
+	// execution's key (see WithKey). Archive that one first.
+	ErrKeyHeld = persistence.ErrKeyHeld
+	// ErrSingleton means a key was given to a Start or StartMany of a graph made with
+	// graph.Singleton(), whose executions all have the key graph.SingletonKey.
+	ErrSingleton = errors.New("journey: the graph is a singleton")
 	// ErrStopped means the runtime was stopped.
 	ErrStopped = errors.New("journey: runtime stopped")
 )

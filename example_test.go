@@ -135,3 +135,76 @@ func ExampleRuntime_StartMany() {
 	// Hello, Toad (revision 3)
 	// true inputs[1]: journey: node is not an input: "greeting" is a compute node; only input nodes can be set
 }
+
+func ExampleWithKey() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	orders := graph.MustNew("orders", "v1", []graph.Node{
+		graph.Input("order"),
+		graph.Compute("shipped", graph.Needs("order"),
+			func(ctx context.Context, in graph.Values) (any, error) {
+				return "shipped " + in.String("order"), nil
+			}),
+	})
+	url, schema, dropSchema := pgtest.ExampleSchema("ExampleWithKey")
+	defer dropSchema()
+	rt, err := journey.New(ctx, journey.Config{
+		DatabaseURL: url,
+		Schema:      schema,
+		Graphs:      []*graph.Graph{orders},
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() {
+		if err := rt.Stop(context.Background()); err != nil {
+			fmt.Println(err)
+		}
+	}()
+
+	// A webhook delivered twice: the second Start finds the first's execution, and starts nothing.
+	var ids []string
+	for _, order := range []string{"1042", "1042 (retried)"} {
+		ex, err := rt.Start(ctx, orders, journey.WithKey("order-1042"),
+			journey.WithValues(map[string]any{"order": order}))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		ids = append(ids, ex.ID)
+		fmt.Printf("key %s, existing %t\n", ex.Key, ex.Existing)
+	}
+	fmt.Println("one execution:", ids[0] == ids[1])
+	shipped, err := journey.GetAs[string](ctx, rt, ids[0], "shipped", journey.WaitAny())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(shipped) // the first delivery's values, not the retry's
+
+	// Archiving frees the key: the next Start with it starts a new execution.
+	if err := rt.Archive(ctx, ids[0]); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ex, err := rt.Start(ctx, orders, journey.WithKey("order-1042"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	found, err := rt.FindByKey(ctx, "orders", "order-1042")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("a new execution:", !ex.Existing && ex.ID != ids[0] && found.ID == ex.ID)
+	// Output:
+	// key order-1042, existing false
+	// key order-1042, existing true
+	// one execution: true
+	// shipped 1042
+	// a new execution: true
+}

@@ -20,7 +20,8 @@ func IncludeArchived() LoadOption {
 }
 
 // Archive archives an execution: Load and List leave it out unless asked, and its computations
-// are neither claimed nor swept. An archive node does the same when its gate holds.
+// are neither claimed nor swept. It frees the execution's key, if it has one: the next Start with
+// the key starts a new execution. An archive node does the same when its gate holds.
 func (r *Runtime) Archive(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err
@@ -28,7 +29,8 @@ func (r *Runtime) Archive(ctx context.Context, id string) error {
 	return r.store.SetArchived(ctx, id, true)
 }
 
-// Unarchive brings an archived execution back.
+// Unarchive brings an archived execution back. If it was started with a key that another
+// unarchived execution of its graph holds by then, it fails with ErrKeyHeld and changes nothing.
 func (r *Runtime) Unarchive(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err
@@ -57,6 +59,20 @@ func (r *Runtime) MoveVersion(ctx context.Context, name, from, to string) (int64
 		return 0, err
 	}
 	return r.store.MoveVersion(ctx, name, from, to)
+}
+
+// FindByKey returns the unarchived execution of graph name, of any version, that holds key (see
+// WithKey), or ErrNotFound. The executions of a graph.Singleton graph hold graph.SingletonKey.
+// The graph need not be served by this replica.
+func (r *Runtime) FindByKey(ctx context.Context, name, key string) (*Execution, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	e, err := r.store.FindByKey(ctx, name, key)
+	if err != nil {
+		return nil, err
+	}
+	return toExecution(e), nil
 }
 
 // HistoryEntry is one change of one value.
@@ -141,6 +157,9 @@ func NotSet(node string) Filter { return Filter{Node: node, Op: OpNotSet} }
 type ListQuery struct {
 	// Graph and Version, when set, keep the executions of that graph (and version).
 	Graph, Version string
+	// Key, when set, keeps the executions started with that key: the one that holds it, and,
+	// with IncludeArchived, those that held it before. It is found in an index.
+	Key string
 	// Filters must all hold.
 	Filters []Filter
 	// OrderBy is a column (id, created_at, updated_at, revision) or a node name, whose values sort
@@ -156,7 +175,7 @@ type ListQuery struct {
 
 func (q ListQuery) toStore() (persistence.ListQuery, error) {
 	out := persistence.ListQuery{
-		Graph: q.Graph, Version: q.Version, OrderBy: q.OrderBy, Desc: q.Desc,
+		Graph: q.Graph, Version: q.Version, Key: q.Key, OrderBy: q.OrderBy, Desc: q.Desc,
 		Limit: q.Limit, Offset: q.Offset, IncludeArchived: q.IncludeArchived,
 	}
 	for _, f := range q.Filters {

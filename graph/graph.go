@@ -18,6 +18,7 @@ type Graph struct {
 	onSave        func(ctx context.Context, e SaveEvent)
 	idPrefix      string
 	completesWhen Gate
+	singleton     bool
 }
 
 // New builds a graph from its nodes, given in definition order, and checks it. It reports every
@@ -44,6 +45,7 @@ func New(name, version string, nodes []Node, opts ...Option) (*Graph, error) {
 		onSave:        o.onSave,
 		idPrefix:      o.idPrefix,
 		completesWhen: o.completesWhen,
+		singleton:     o.singleton,
 	}
 	for i, n := range g.nodes {
 		if _, dup := g.index[n.name]; !dup {
@@ -112,6 +114,9 @@ func (g *Graph) IDPrefix() string { return g.idPrefix }
 
 // CompletesWhen returns the gate set with the CompletesWhen option, or nil.
 func (g *Graph) CompletesWhen() Gate { return g.completesWhen }
+
+// Singleton reports whether the graph was made with the Singleton option.
+func (g *Graph) Singleton() bool { return g.singleton }
 
 // defaultIDPrefix returns the first three ASCII letters or digits of name in upper case, or
 // "EXE" when there are none.

@@ -75,8 +75,9 @@ func TestGraphAccessors(t *testing.T) {
 	onSave := func(_ context.Context, e SaveEvent) { saved = append(saved, e.Node) }
 	done := Needs("b")
 	nodes := []Node{Input("a"), Compute("b", Needs("a"), noopCompute)}
-	g, err := New("onboarding", "v1", nodes, WithOnSave(onSave), CompletesWhen(done))
+	g, err := New("onboarding", "v1", nodes, WithOnSave(onSave), CompletesWhen(done), Singleton())
 	require.NoError(t, err)
+	require.True(t, g.Singleton())
 
 	require.Equal(t, "onboarding", g.Name())
 	require.Equal(t, "v1", g.Version())
@@ -100,6 +101,7 @@ func TestGraphAccessors(t *testing.T) {
 	plain := MustNew("plain", "v1", []Node{Input("a")})
 	require.Nil(t, plain.OnSave())
 	require.Nil(t, plain.CompletesWhen())
+	require.False(t, plain.Singleton())
 }
 
 func TestIDPrefix(t *testing.T) {

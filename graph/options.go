@@ -234,6 +234,7 @@ type graphOptions struct {
 	idPrefixGiven      bool
 	completesWhen      Gate
 	completesWhenGiven bool
+	singleton          bool
 }
 
 // Option configures a graph.
@@ -265,4 +266,16 @@ func CompletesWhen(g Gate) Option {
 		o.completesWhen = g
 		o.completesWhenGiven = true
 	}
+}
+
+// SingletonKey is the key that every execution of a Singleton graph holds.
+const SingletonKey = "singleton"
+
+// Singleton makes the graph a singleton: at most one unarchived execution of it exists, across
+// every replica and version, as Journey's find_or_start gives. Every Start of it is a keyed start
+// with the fixed key SingletonKey: the first starts the execution, and the others, concurrent or
+// later, return that one (Execution.Existing) without applying their values, until it is
+// archived, which frees the key. A Start of it given a key of its own is refused.
+func Singleton() Option {
+	return func(o *graphOptions) { o.singleton = true }
 }

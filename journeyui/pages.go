@@ -162,13 +162,13 @@ type inputError struct{ error }
 
 // executionsPage is the data of the list of executions.
 type executionsPage struct {
-	Graph, Version, State string
-	Where                 []string
-	Archived              bool
-	Limit                 int
-	States                []string
-	Error                 string
-	Page                  *persistence.ExecutionPage
+	Graph, Version, Key, State string
+	Where                      []string
+	Archived                   bool
+	Limit                      int
+	States                     []string
+	Error                      string
+	Page                       *persistence.ExecutionPage
 	// Next is the query of the next page, if there is one.
 	Next url.Values
 	// Paged is true after the first page.
@@ -179,9 +179,9 @@ type executionsPage struct {
 
 func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := executionsPage{Graph: q.Get("graph"), Version: q.Get("version"), State: q.Get("state"),
+	p := executionsPage{Graph: q.Get("graph"), Version: q.Get("version"), Key: q.Get("key"), State: q.Get("state"),
 		Archived: q.Get("archived") != "", States: persistence.ExecStates, Limit: DefaultPageSize}
-	f := persistence.ExecutionFilter{Graph: p.Graph, Version: p.Version, State: p.State, Archived: p.Archived}
+	f := persistence.ExecutionFilter{Graph: p.Graph, Version: p.Version, Key: p.Key, State: p.State, Archived: p.Archived}
 	err := func() error {
 		for _, w := range q["where"] {
 			if w = strings.TrimSpace(w); w == "" {

@@ -73,7 +73,7 @@ func setup(t *testing.T) *bundle {
 		require.NoError(t, rt.Stop(ctx))
 	})
 	ctx := t.Context()
-	ok, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"order": "good"}))
+	ok, err := rt.Start(ctx, g, journey.WithKey("order-good"), journey.WithValues(map[string]any{"order": "good"}))
 	require.NoError(t, err)
 	failed, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"order": "bad"}))
 	require.NoError(t, err)
@@ -169,8 +169,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	do(t, ctx, chromedp.SetValue(chromedp.CSS(`select[name=state]`), "failed"),
 		chromedp.Click(chromedp.CSS(`form.filters button`)),
 		chromedp.WaitReady(chromedp.CSS(`select[name=state] option[value=failed][selected]`)))
-	ids := get(t, ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#executions tr[data-id]')].map(r => r.dataset.id)`))
-	require.Equal(t, []string{b.failedID}, ids)
+	const listed = `[...document.querySelectorAll('#executions tr[data-id]')].map(r => r.dataset.id)`
+	require.Equal(t, []string{b.failedID}, get(t, ctx, chromedp.Evaluate[[]string](listed)))
+
+	// The search by key finds the execution that holds it, and shows its key.
+	do(t, ctx, chromedp.Navigate(srv.URL+"/executions"), chromedp.SetValue(chromedp.CSS(`input[name=key]`), "order-good"),
+		chromedp.Click(chromedp.CSS(`form.filters button`)),
+		chromedp.WaitReady(chromedp.CSS(`input[name=key][value="order-good"]`)))
+	require.Equal(t, []string{b.okID}, get(t, ctx, chromedp.Evaluate[[]string](listed)))
+	require.Equal(t, "order-good", get(t, ctx, chromedp.Text(chromedp.CSS(`#executions tr[data-id="`+b.okID+`"] td.key`))))
+	do(t, ctx, chromedp.Click(chromedp.CSS(`#executions a`)), chromedp.WaitVisible(chromedp.CSS(`#graph`)))
+	require.Equal(t, "order-good", get(t, ctx, chromedp.Text(chromedp.CSS(`#execution-key`))))
+	do(t, ctx, chromedp.Navigate(srv.URL+"/executions?key=nobody"))
+	require.Empty(t, get(t, ctx, chromedp.Evaluate[[]string](listed)))
+	do(t, ctx, chromedp.Navigate(srv.URL+"/executions?state=failed"))
 
 	// Execution: its error text, and the picture with one element per node, coloured by state.
 	do(t, ctx, chromedp.Click(chromedp.CSS(`#executions a`)), chromedp.WaitVisible(chromedp.CSS(`#graph`)))
@@ -372,6 +384,7 @@ func TestBadInputIsShownAndChangesNothing(t *testing.T) {
 		// Text that cannot reach PostgreSQL is refused before SQL, naming the field.
 		"/executions?graph=a%00b":    `invalid text: graph &#34;a\x00b&#34;: it holds a NUL character (byte 1)`,
 		"/executions?graph=%FF":      `invalid text: graph &#34;\xff&#34;: it is not valid UTF-8`,
+		"/executions?key=k%00":       `invalid text: key &#34;k\x00&#34;: it holds a NUL character (byte 1)`,
 		"/executions/a%00b":          `invalid text: execution id &#34;a\x00b&#34;`,
 		"/executions?where=ch%3D%00": `invalid value: the value of the filter on node &#34;ch&#34;: it holds a NUL character`,
 	} {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,7 @@ func newID(prefix string, now time.Time) string {
 // CreateExecution starts an execution of g with no values, and advances it, so that nodes whose
 // gate holds from the start are created at once.
 func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution, error) {
-	execs, err := s.CreateExecutions(ctx, g, []map[string]json.RawMessage{nil})
+	execs, err := s.CreateExecutions(ctx, g, []map[string]json.RawMessage{nil}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -54,11 +55,17 @@ func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution
 // inputs of g (CheckInput), and its values can be stored (CheckValue). With no items,
 // it writes nothing.
 //
+// keys, nil or one per item, gives the items their keys ("" for none); every item of a Singleton
+// graph has SingletonKey. An item whose key an unarchived execution of a graph of the same name
+// holds, committed before or concurrently, starts nothing: its execution is that one, with
+// Existing set, and its values are not applied; so is an item whose key an earlier item holds.
+// A key that cannot go into SQL is a *TextError, and nothing is written.
+//
 // It is built for bulk: the executions go in with one statement, and their values and history
 // with another. The call sends one NOTIFY for the work it makes available, whatever the number of
 // executions, and none for the executions' values: no one can be waiting on an execution before
 // it exists.
-func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage) ([]*Execution, error) {
+func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage, keys []string) ([]*Execution, error) {
 	rg, ok := s.Graph(g.Name(), g.Version())
 	if !ok {
 		return nil, fmt.Errorf("%w: %q version %q; add it to Config.Graphs", ErrUnknownGraph, g.Name(), g.Version())
@@ -66,53 +73,61 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 	if len(items) == 0 {
 		return []*Execution{}, nil
 	}
-	ids := make([]string, len(items))
-	now := time.Now()
 	revisions := make([]int64, len(items)) // where each usually ends; finish writes any other
 	for i, item := range items {
-		ids[i] = newID(g.IDPrefix(), now)
 		if len(item) > 0 {
 			revisions[i] = 1
 		}
 	}
-	var rows []*Execution
-	insert := s.insertExecutions(ids, slices.Repeat([]*graph.Graph{g}, len(ids)), revisions, &rows)
+	ins, err := s.newInserts(slices.Repeat([]*graph.Graph{g}, len(items)), revisions, keys)
+	if err != nil {
+		return nil, err
+	}
 	// Advancing a new execution with no values does nothing when no gate holds on no values. Then
 	// nothing waits on what the INSERT returns, and it goes with the BEGIN and the COMMIT: one
-	// round trip.
+	// round trip. A keyed one waits for what its INSERT found.
 	idle := !slices.ContainsFunc(items, func(item map[string]json.RawMessage) bool { return len(item) > 0 }) &&
-		s.StartsIdle(g)
+		s.StartsIdle(g) && ins.keys == nil
 	var states []*execState
-	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
+	var started []int // the item of each state
+	err = s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		if idle {
-			t.tail = append(t.tail, insert)
+			t.tail = append(t.tail, s.insertSteps(ins)...)
 			return nil
 		}
-		if err := t.send(ctx, insert); err != nil {
-			return fmt.Errorf("creating executions: %w", err)
+		if err := s.insert(ctx, t, ins); err != nil {
+			return err
 		}
 		// A new execution's state is known without loading it, and needs no lock: no one else
 		// sees it before the commit. As CreateExecution does, advance it with no values first.
-		states = make([]*execState, len(ids))
-		for i, e := range inOrder(rows, ids) {
+		// An execution that held its key already is left as it is.
+		states, started = nil, nil
+		for i, e := range ins.execs {
+			if e.Existing {
+				continue
+			}
 			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{},
 				caller: true, claims: true}
 			if err := s.advance(ctx, t, st); err != nil {
 				return err
 			}
-			states[i] = st
+			states, started = append(states, st), append(started, i)
 		}
-		if err := s.setStartValues(ctx, t, states, items); err != nil {
+		given := make([]map[string]json.RawMessage, len(started))
+		for j, i := range started {
+			given[j] = items[i]
+		}
+		if err := s.setStartValues(ctx, t, states, given); err != nil {
 			return err
 		}
 		// Then, as SetValues does, advance those given values again. finish notifies the
 		// dispatchers and promotes gated work once for all of them; no one can be waiting on an
 		// execution before it exists.
-		for i, st := range states {
-			if len(items[i]) > 0 {
+		for j, st := range states {
+			if len(given[j]) > 0 {
 				err := s.advance(ctx, t, st)
 				if len(items) > 1 && errors.Is(err, ErrInvalidValue) {
-					err = fmt.Errorf("inputs[%d]: %w", i, err)
+					err = fmt.Errorf("inputs[%d]: %w", started[j], err)
 				}
 				if err != nil {
 					return err
@@ -126,15 +141,170 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		return nil, err
 	}
 	if idle {
-		return inOrder(rows, ids), nil
+		ins.found()
+		return ins.execs, nil
 	}
 	s.committed(ctx, states)
-	execs := make([]*Execution, len(states))
-	for i, st := range states {
-		execs[i] = &st.exec
-		execs[i].Revision = st.revision - int64(len(st.claimed)) // the write's, before the claims it made
+	for j, st := range states {
+		e := &st.exec
+		e.Revision = st.revision - int64(len(st.claimed)) // the write's, before the claims it made
+		ins.execs[started[j]] = e
 	}
-	return execs, nil
+	return ins.execs, nil
+}
+
+// maxKeyRounds bounds the rounds of a keyed insert (see Store.insert).
+const maxKeyRounds = 3
+
+// inserts are the executions that a write starts, and, once it has sent insertSteps, each
+// one's execution.
+type inserts struct {
+	ids  []string
+	gs   []*graph.Graph
+	revs []int64
+	keys []string // one per start, "" for none; nil when no start has a key
+	// execs holds the execution of each start that has been found: the one it inserted, or the
+	// one that held its key; pending are the others.
+	execs   []*Execution
+	pending []int
+	// rows and holders are what the last insertSteps read: the rows inserted, and the executions
+	// that hold the keys.
+	rows, holders []*Execution
+}
+
+// newInserts gives each execution to start, of gs[i] at revision revs[i] with key keys[i] (keys
+// nil or one per start, "" for none), a new id, and checks the keys.
+func (s *Store) newInserts(gs []*graph.Graph, revs []int64, keys []string) (*inserts, error) {
+	if keys != nil && len(keys) != len(gs) {
+		return nil, fmt.Errorf("persistence: %d keys for %d executions", len(keys), len(gs))
+	}
+	ins := &inserts{ids: make([]string, len(gs)), gs: gs, revs: revs, execs: make([]*Execution, len(gs))}
+	now := time.Now()
+	for i, g := range gs {
+		ins.ids[i] = newID(g.IDPrefix(), now)
+		ins.pending = append(ins.pending, i)
+		key := ""
+		if keys != nil {
+			key = keys[i]
+		}
+		if g.Singleton() {
+			key = graph.SingletonKey
+		}
+		if key == "" {
+			continue
+		}
+		if err := CheckText("key", key); err != nil {
+			if len(gs) > 1 {
+				err = fmt.Errorf("inputs[%d]: %w", i, err)
+			}
+			return nil, err
+		}
+		if ins.keys == nil {
+			ins.keys = make([]string, len(gs))
+		}
+		ins.keys[i] = key
+	}
+	return ins, nil
+}
+
+// key is the key of start i, "" if none.
+func (ins *inserts) key(i int) string {
+	if ins.keys == nil {
+		return ""
+	}
+	return ins.keys[i]
+}
+
+// insert sends insertSteps in t until every start has its execution: a key's holder archived
+// between the INSERT and the read leaves the start pending, and the next round inserts it.
+func (s *Store) insert(ctx context.Context, t *txn, ins *inserts) error {
+	for round := 1; ; round++ {
+		if err := t.send(ctx, s.insertSteps(ins)...); err != nil {
+			return fmt.Errorf("creating executions: %w", err)
+		}
+		if !ins.found() {
+			return nil
+		}
+		if round == maxKeyRounds {
+			i := ins.pending[0]
+			return fmt.Errorf("starting an execution of %q with key %q: the executions that held the key were archived "+
+				"each time it looked, %d times; try again", ins.gs[i].Name(), ins.keys[i], round)
+		}
+	}
+}
+
+// insertSteps are the statements that insert the pending starts, and read what found needs.
+// Without keys, it is one INSERT of them all. With keys, the INSERT skips a key that an
+// unarchived execution holds, or that a concurrent transaction inserts (waiting for its commit),
+// and one row goes in for each graph name and key, in key order: two writers that insert the
+// same keys wait for each other in one order, never in a cycle. A second statement reads the
+// holders of the keys: its snapshot, taken after the INSERT, sees the executions that concurrent
+// transactions committed while the INSERT waited, which the INSERT's own does not.
+func (s *Store) insertSteps(ins *inserts) []step {
+	if ins.keys == nil {
+		return []step{s.insertExecutions(ins.ids, ins.gs, ins.revs, &ins.rows)}
+	}
+	var ids, names, versions, keys, heldKeys, heldNames []string
+	var revs []int64
+	seen := map[[2]string]bool{}
+	pending := slices.SortedStableFunc(slices.Values(ins.pending), func(a, b int) int {
+		return strings.Compare(ins.keys[a], ins.keys[b])
+	})
+	for _, i := range pending {
+		g, key := ins.gs[i], ins.keys[i]
+		if key != "" {
+			if seen[[2]string{g.Name(), key}] {
+				continue
+			}
+			seen[[2]string{g.Name(), key}] = true
+			heldKeys, heldNames = append(heldKeys, key), append(heldNames, g.Name())
+		}
+		ids, names, versions = append(ids, ins.ids[i]), append(names, g.Name()), append(versions, g.Version())
+		keys, revs = append(keys, key), append(revs, ins.revs[i])
+	}
+	return []step{
+		{s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, key, created_at, updated_at)
+			SELECT e.id, e.graph_name, e.graph_version, e.revision, nullif(e.key, ''), t.now, t.now
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[])
+					WITH ORDINALITY AS e(id, graph_name, graph_version, revision, key, ord),
+				(SELECT coalesce($6::timestamptz, now()) AS now) t
+			ORDER BY e.ord
+			ON CONFLICT (key, graph_name) WHERE key IS NOT NULL AND archived_at IS NULL DO NOTHING
+			RETURNING *`), []any{ids, names, versions, revs, keys, s.clock.NowOrNil()}, collect(&ins.rows)},
+		{s.q(`SELECT e.* FROM unnest($1::text[], $2::text[]) AS k(key, graph_name)
+			JOIN {s}.executions e ON e.key = k.key AND e.graph_name = k.graph_name
+			WHERE e.key IS NOT NULL AND e.archived_at IS NULL`), []any{heldKeys, heldNames}, collect(&ins.holders)},
+	}
+}
+
+// found takes what insertSteps read: the execution of each pending start, inserted or holding
+// its key (then with Existing set, as it is for a start whose key an earlier start inserted). It
+// reports whether starts are still pending, whose keys no execution held when read.
+func (ins *inserts) found() bool {
+	byID := make(map[string]*Execution, len(ins.rows))
+	for _, e := range ins.rows {
+		byID[e.ID] = e
+	}
+	held := make(map[[2]string]*Execution, len(ins.holders))
+	for _, e := range ins.holders {
+		held[[2]string{e.GraphName, deref(e.Key)}] = e
+	}
+	var pending []int
+	for _, i := range ins.pending {
+		e := byID[ins.ids[i]]
+		if key := ins.key(i); key != "" {
+			h := held[[2]string{ins.gs[i].Name(), key}]
+			if h == nil {
+				pending = append(pending, i)
+				continue
+			}
+			e = new(*h)
+			e.Existing = h.ID != ins.ids[i]
+		}
+		ins.execs[i] = e
+	}
+	ins.pending, ins.rows, ins.holders = pending, nil, nil
+	return len(pending) > 0
 }
 
 // insertExecutions is the statement that inserts the executions ids, of the graphs gs, at the
@@ -156,25 +326,28 @@ func (s *Store) insertExecutions(ids []string, gs []*graph.Graph, revs []int64, 
 func (s *Store) StartsIdle(g *graph.Graph) bool { return s.idle[GraphKey(g.Name(), g.Version())] }
 
 // Write makes, in one transaction, the Starts of starts, each an execution of its graph with no
-// values, which starts idle (StartsIdle), and the writes of settings, as SetValuesOf does. It
+// values, which starts idle (StartsIdle), with its key keys[i] (keys nil or one per start, "" for
+// none; as CreateExecutions takes them), and the writes of settings, as SetValuesOf does. It
 // returns the executions in the order of starts, and the revisions in that of settings. An error
 // fails them all, and nothing is written.
-func (s *Store) Write(ctx context.Context, starts []*graph.Graph, settings []Setting) ([]*Execution, []int64, error) {
-	ids := make([]string, len(starts))
-	now := time.Now()
-	for i, g := range starts {
+//
+// The keyed INSERT and the read of the holders go with the COMMIT, as the INSERT of unkeyed
+// Starts does. A key whose holder was archived between the two starts again, alone, after it.
+func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys []string, settings []Setting) ([]*Execution, []int64, error) {
+	for _, g := range starts {
 		if !s.StartsIdle(g) {
 			return nil, nil, fmt.Errorf("persistence: Write was given a Start of %q version %q, which does not start idle", g.Name(), g.Version())
 		}
-		ids[i] = newID(g.IDPrefix(), now)
 	}
-	var rows []*Execution
+	ins, err := s.newInserts(starts, make([]int64, len(starts)), keys)
+	if err != nil {
+		return nil, nil, err
+	}
 	var tail []step
 	if len(starts) > 0 {
-		tail = append(tail, s.insertExecutions(ids, starts, make([]int64, len(ids)), &rows))
+		tail = s.insertSteps(ins)
 	}
 	var revs []int64
-	var err error
 	if len(settings) > 0 {
 		revs, err = s.setValuesOf(ctx, settings, tail)
 	} else if len(tail) > 0 {
@@ -186,20 +359,16 @@ func (s *Store) Write(ctx context.Context, starts []*graph.Graph, settings []Set
 	if err != nil {
 		return nil, nil, err
 	}
-	return inOrder(rows, ids), revs, nil
-}
-
-// inOrder returns the executions in the order of their ids.
-func inOrder(execs []*Execution, ids []string) []*Execution {
-	byID := make(map[string]*Execution, len(execs))
-	for _, e := range execs {
-		byID[e.ID] = e
+	if ins.found() {
+		for _, i := range ins.pending {
+			execs, err := s.CreateExecutions(ctx, starts[i], []map[string]json.RawMessage{nil}, []string{ins.keys[i]})
+			if err != nil {
+				return nil, nil, err
+			}
+			ins.execs[i] = execs[0]
+		}
 	}
-	ordered := make([]*Execution, len(ids))
-	for i, id := range ids {
-		ordered[i] = byID[id]
-	}
-	return ordered
+	return ins.execs, revs, nil
 }
 
 // startsIdle reports whether advancing a new execution of g with no values does nothing: no gate

@@ -88,7 +88,7 @@ func TestCreateExecutionsIsCreateThenSetValues(t *testing.T) {
 		}
 		want = append(want, ref.startState(t, e.ID))
 	}
-	execs, err := bulk.store.CreateExecutions(ctx, g, items)
+	execs, err := bulk.store.CreateExecutions(ctx, g, items, nil)
 	require.NoError(t, err)
 	require.Len(t, execs, len(items))
 	for i, e := range execs {
@@ -118,7 +118,7 @@ func TestIdleStartIsOneRoundTrip(t *testing.T) {
 	}{{testGraph("store"), 1, 0}, {eager, 2, 1}} {
 		b := setup(t, c.g)
 		s, log, _ := b.tracedStore(t)
-		execs, err := s.CreateExecutions(ctx, c.g, []map[string]json.RawMessage{nil, {}})
+		execs, err := s.CreateExecutions(ctx, c.g, []map[string]json.RawMessage{nil, {}}, nil)
 		require.NoError(t, err)
 		// The NOTIFY of the eager graph's work follows the commit, on a connection of its own.
 		s.NotesSent()
@@ -141,6 +141,39 @@ func TestIdleStartIsOneRoundTrip(t *testing.T) {
 	}
 }
 
+// Idle Starts with keys go with the COMMIT of the Sets they meet, as unkeyed ones do: the write
+// takes the round trips it takes without them. A key held returns its execution, Existing.
+func TestKeyedIdleStartsGoWithTheCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	s, log, _ := b.tracedStore(t)
+	set, err := s.CreateExecution(ctx, b.g)
+	require.NoError(t, err)
+	setting := func(x string) []Setting {
+		return []Setting{{ID: set.ID, Set: map[string]json.RawMessage{"x": json.RawMessage(x)}}}
+	}
+	log.take()
+	_, _, err = s.Write(ctx, []*graph.Graph{b.g}, nil, setting("1"))
+	require.NoError(t, err)
+	unkeyed := log.roundTrips()
+
+	execs, _, err := s.Write(ctx, []*graph.Graph{b.g, b.g, b.g}, []string{"a", "", "a"}, setting("2"))
+	require.NoError(t, err)
+	require.Equal(t, unkeyed, log.roundTrips(), "the keyed INSERT and the read of the holders go with the COMMIT")
+	require.False(t, execs[0].Existing)
+	require.Equal(t, "a", *execs[0].Key)
+	require.Nil(t, execs[1].Key)
+	require.Equal(t, execs[0].ID, execs[2].ID, "one execution for the key")
+	require.True(t, execs[2].Existing)
+
+	again, _, err := s.Write(ctx, []*graph.Graph{b.g}, []string{"a"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, log.roundTrips(), "alone, BEGIN, INSERT, read and COMMIT in one batch")
+	require.Equal(t, execs[0].ID, again[0].ID)
+	require.True(t, again[0].Existing)
+}
+
 // A bulk start sends one NOTIFY for the work it makes available, and none per execution: no one
 // can be waiting on an execution that did not exist before the commit.
 func TestCreateExecutionsNotifiesOnce(t *testing.T) {
@@ -159,7 +192,7 @@ func TestCreateExecutionsNotifiesOnce(t *testing.T) {
 	for i := range items {
 		items[i] = map[string]json.RawMessage{"x": json.RawMessage(`1`)}
 	}
-	execs, err := b.store.CreateExecutions(ctx, b.g, items)
+	execs, err := b.store.CreateExecutions(ctx, b.g, items, nil)
 	require.NoError(t, err)
 	require.Len(t, execs, n)
 	counts, err := b.store.StateCounts(ctx)

@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,15 +204,16 @@ func (n planNode) has(typ string) bool {
 // The statements that run all the time, whatever the table holds (the claim, the heartbeat, the
 // sweep's selection of expired attempts and the promotion) find the active attempts through the
 // partial indexes of the active states, and the executions by key: they never scan the finished
-// rows, so that a table of a million finished attempts costs them what an empty one does.
+// rows, so that a table of a million finished attempts costs them what an empty one does. A keyed
+// Start, and FindByKey, find the holder of a key in executions_key_idx.
 func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 	t.Parallel()
 	const finished = 5000
 	b := setup(t)
 	ctx := context.Background()
 	// Finished executions, each with its values and its successful attempt.
-	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version)
-		SELECT 'finished-' || g, 'store', 'v1' FROM generate_series(1, ?) g`, finished)
+	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version, key)
+		SELECT 'finished-' || g, 'store', 'v1', 'key-' || g FROM generate_series(1, ?) g`, finished)
 	b.exec(t, `INSERT INTO {s}."values" (execution_id, node, value, revision, set_at)
 		SELECT 'finished-' || g, n, '1', 1, now() FROM generate_series(1, ?) g, unnest(ARRAY['x', 'y']) n`, finished)
 	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
@@ -257,6 +259,15 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 			return err
 		}, "computations_running_", ""},
 		{"promotion", func() error { _, err := s.PromoteDue(ctx); return err }, "computations_pending_idx", ""},
+		{"keyed start", func() error {
+			execs, err := s.CreateExecutions(ctx, b.g, []map[string]json.RawMessage{{"x": json.RawMessage(`1`)}, nil},
+				[]string{"key-1", "key-new"})
+			if err == nil && (!execs[0].Existing || execs[1].Existing) {
+				err = fmt.Errorf("key-1 is held and key-new is not, got %+v and %+v", execs[0], execs[1])
+			}
+			return err
+		}, "executions_key_idx", ""},
+		{"find by key", func() error { _, err := s.FindByKey(ctx, "store", "key-2"); return err }, "executions_key_idx", ""},
 	} {
 		require.NoError(t, op.run(), op.name)
 		statements := log.take()

@@ -177,6 +177,7 @@ type ExecutionRow struct {
 	ID         string     `bun:"id" json:"id"`
 	Graph      string     `bun:"graph_name" json:"graph"`
 	Version    string     `bun:"graph_version" json:"version"`
+	Key        string     `bun:"key" json:"key,omitempty"` // the key it was started with, if any
 	Revision   int64      `bun:"revision" json:"revision"`
 	State      string     `bun:"state" json:"state"`
 	CreatedAt  time.Time  `bun:"created_at" json:"created_at"`
@@ -208,6 +209,9 @@ func ParseCursor(s string) (Cursor, error) {
 type ExecutionFilter struct {
 	// Graph and Version, if set, keep the executions of that graph (and version).
 	Graph, Version string
+	// Key, if set, keeps the executions started with that key: the one that holds it, and, with
+	// Archived, those that held it before.
+	Key string
 	// Where keeps the executions whose nodes have these values (OpEq filters and the others of
 	// ListQuery).
 	Where []Filter
@@ -254,7 +258,7 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 	if limit <= 0 {
 		limit = 50
 	}
-	from, args, err := s.where(ListQuery{Graph: f.Graph, Version: f.Version, Filters: f.Where,
+	from, args, err := s.where(ListQuery{Graph: f.Graph, Version: f.Version, Key: f.Key, Filters: f.Where,
 		IncludeArchived: f.Archived || f.State == ExecArchived})
 	if err != nil {
 		return nil, err
@@ -275,7 +279,7 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 	}
 	// The state of each row is computed on the page alone, outside the LIMIT, so that the
 	// planner looks each one up by the execution's id.
-	query := "SELECT e.id, e.graph_name, e.graph_version, e.revision, e.created_at, e.updated_at, e.archived_at, " +
+	query := "SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at, " +
 		stateExpr + " AS state FROM (SELECT e.*" + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e" +
 		" ORDER BY e.created_at DESC, e.id DESC"
 	args = append(args, limit+1)
@@ -297,7 +301,7 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 
 // checkFilter reports what in f names nothing that exists.
 func (s *Store) checkFilter(ctx context.Context, f ExecutionFilter) error {
-	if err := checkTexts("graph", f.Graph, "version", f.Version, "state", f.State); err != nil {
+	if err := checkTexts("graph", f.Graph, "version", f.Version, "key", f.Key, "state", f.State); err != nil {
 		return err
 	}
 	if err := checkFilters(f.Where); err != nil {
@@ -393,7 +397,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 	}
 	d := &ExecutionDetail{}
 	var rows []ExecutionRow
-	err := s.db.NewRaw(s.q(`SELECT e.id, e.graph_name, e.graph_version, e.revision, e.created_at, e.updated_at,
+	err := s.db.NewRaw(s.q(`SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at,
 		e.archived_at, `+stateExpr+` AS state FROM {s}.executions e WHERE e.id = ?`), id).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("loading execution %s: %w", id, err)

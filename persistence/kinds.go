@@ -172,7 +172,10 @@ const ReasonArchived = "canceled: execution archived"
 
 // setArchived archives or unarchives the execution. Archiving cancels its PENDING and AVAILABLE
 // attempts, so that no gating slot stays held by work that will never be claimed; its RUNNING
-// attempts finish, or are abandoned, as usual. Unarchiving revives what archiving canceled.
+// attempts finish, or are abandoned, as usual. Archiving frees the execution's key. Unarchiving
+// revives what archiving canceled; it fails with ErrKeyHeld if another unarchived execution of the
+// graph holds the key by then, and the transaction, in which the statement failed, changes
+// nothing.
 func (s *Store) setArchived(ctx context.Context, tx *txn, st *execState, archived bool) error {
 	var at *time.Time
 	if archived {
@@ -180,6 +183,9 @@ func (s *Store) setArchived(ctx context.Context, tx *txn, st *execState, archive
 	}
 	_, err := tx.NewRaw(s.q("UPDATE {s}.executions SET archived_at = ? WHERE id = ?"), at, st.exec.ID).Exec(ctx)
 	if err != nil {
+		if held := keyHeld(err, &st.exec); held != nil {
+			return held
+		}
 		return fmt.Errorf("archiving %s: %w", st.exec.ID, err)
 	}
 	st.exec.ArchivedAt = at

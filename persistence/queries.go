@@ -175,6 +175,7 @@ type Filter struct {
 // ListQuery selects executions. Filters and sorting run in SQL, on the jsonb values.
 type ListQuery struct {
 	Graph, Version  string
+	Key             string // the executions started with this key; with IncludeArchived, the archived ones too
 	Filters         []Filter
 	OrderBy         string // a column (id, created_at, updated_at, revision) or a node; default created_at
 	Desc            bool
@@ -203,7 +204,8 @@ func checkFilters(filters []Filter) error {
 
 // where builds the FROM and WHERE clauses of a listing.
 func (s *Store) where(q ListQuery) (string, []any, error) {
-	if err := checkTexts("ListQuery.Graph", q.Graph, "ListQuery.Version", q.Version, "ListQuery.OrderBy", q.OrderBy); err != nil {
+	if err := checkTexts("ListQuery.Graph", q.Graph, "ListQuery.Version", q.Version, "ListQuery.Key", q.Key,
+		"ListQuery.OrderBy", q.OrderBy); err != nil {
 		return "", nil, err
 	}
 	if err := checkFilters(q.Filters); err != nil {
@@ -227,6 +229,16 @@ func (s *Store) where(q ListQuery) (string, []any, error) {
 	}
 	if !q.IncludeArchived {
 		b.WriteString(" AND e.archived_at IS NULL")
+	}
+	switch {
+	case q.Key != "" && q.IncludeArchived:
+		// Spelled out, the OR lets the planner read executions_key_idx for the unarchived and
+		// executions_archived_key_idx for the archived, each a partial index.
+		b.WriteString(" AND e.key = ? AND (e.archived_at IS NULL OR e.archived_at IS NOT NULL)")
+		args = append(args, q.Key)
+	case q.Key != "":
+		b.WriteString(" AND e.key = ?")
+		args = append(args, q.Key)
 	}
 	for _, f := range q.Filters {
 		value := s.q(`SELECT v.value FROM {s}."values" v WHERE v.execution_id = e.id AND v.node = ?`)

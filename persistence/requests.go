@@ -117,7 +117,8 @@ func (s *Store) LoadRequest(ctx context.Context, id int64) (*Request, error) {
 // CarryOut carries out up to limit open requests of the served graphs, oldest first, each in the
 // transaction of its execution's write, which marks it done by replicaID. Replicas race for them
 // with SKIP LOCKED, so each is carried out once. A request that no longer applies (a retry of a
-// node that is no longer failed, say) is marked done with the reason; one that fails otherwise
+// node that is no longer failed, or an unarchive of an execution whose key another holds, say)
+// is marked done with the reason; one that fails otherwise
 // is logged and tried again at the next call. It returns how many it marked done.
 func (s *Store) CarryOut(ctx context.Context, replicaID string, limit int) (int, error) {
 	if len(s.keys) == 0 {
@@ -189,7 +190,7 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 		return true, nil
 	case errors.Is(err, errTaken):
 		return false, nil
-	case errors.Is(err, ErrNotFailed), errors.Is(err, ErrUnknownNode), errors.Is(err, ErrBadRequest):
+	case errors.Is(err, ErrNotFailed), errors.Is(err, ErrUnknownNode), errors.Is(err, ErrBadRequest), errors.Is(err, ErrKeyHeld):
 		reason := err.Error()
 		return true, markDone(ctx, s.db, &reason)
 	default:

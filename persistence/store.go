@@ -312,6 +312,12 @@ type Execution struct {
 	WakeAt *time.Time `bun:"wake_at"`
 	// FailurePhase counts the Retry calls, each of which re-arms the failure notification.
 	FailurePhase int `bun:"failure_phase"`
+	// Key is the key the execution was started with, nil for none. While the execution is not
+	// archived, no other execution of its graph holds it.
+	Key *string `bun:"key"`
+	// Existing is set by CreateExecutions and Write, on the execution of a keyed start that held
+	// the key already: that start started nothing.
+	Existing bool `bun:"-" db:"-"`
 }
 
 // Computation is a row of the computations table: one attempt of one node.

@@ -78,6 +78,11 @@ attempts PENDING; and max_running, the most computations running at once, e.g.
 
   journey bench -graph gated -keys 10 -max-parallel 5 -duration 20s -backlog 10000
 
+-keyed starts each execution with a key of its own (journey.WithKey in the open loop, WithKeys
+for StartMany): a run with it beside one without shows what a keyed Start costs, e.g.
+
+  journey bench -rate 1000 -duration 20s -keyed
+
 -pooler puts a PgBouncer in transaction mode (Debian's pgbouncer, its default settings) between
 the replicas and the database, with the direct connection for LISTEN (Config.ListenURL): a run
 with it beside one without, in one sitting, shows what the pooler costs, e.g.
@@ -147,6 +152,7 @@ type benchConfig struct {
 	maxParallel   int           // -graph gated: the node's MaxParallel; 0: no limit
 	durable       bool          // the throwaway PostgreSQL keeps PostgreSQL's durable defaults
 	pooler        bool          // the replicas go through a PgBouncer in transaction mode
+	keyed         bool          // each execution started gets a key of its own
 }
 
 // heartbeatInterval is the compute nodes' heartbeat interval.
@@ -238,6 +244,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		"synchronous_commit and full_page_writes on); -durable=false turns them off, as for the tests")
 	fs.BoolVar(&cfg.pooler, "pooler", false, "the replicas connect through a PgBouncer in transaction mode (Debian's pgbouncer, "+
 		"its default settings) started in front of the database, with the direct connection for LISTEN (Config.ListenURL)")
+	fs.BoolVar(&cfg.keyed, "keyed", false, "start each execution with a key of its own (journey.WithKey, WithKeys), "+
+		"for what a keyed Start costs beside an unkeyed one")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", 0, "the compute nodes' heartbeat `interval`, their heartbeat timeout 10 times it "+
 		"(default the graph's: 10s, 30s)")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -335,6 +343,7 @@ type benchmark struct {
 	started      atomic.Int64  // executions whose input is set
 	ids          idList        // their ids
 	inputs       atomic.Int64  // the last input given (see input)
+	keys         atomic.Int64  // the last key given (see key)
 	// The measured computations running at once in this process, and the most seen.
 	running, maxRunning atomic.Int64
 	// The schema's row writes before the first execution started.
@@ -394,10 +403,10 @@ func (r benchResult) line(cfg benchConfig) string {
 	}
 	return fmt.Sprintf("bench: mode=%s graph=%s computations/s=%s p50_ms=%s p99_ms=%s statements_per_computation=%s "+
 		"transactions_per_computation=%s row_writes_per_execution=%s replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
-		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d heartbeat_statements_per_interval=%s",
+		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d heartbeat_statements_per_interval=%s keyed=%t",
 		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions), writes,
 		cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
-		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats) + r.gatedFields(cfg)
+		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats, cfg.keyed) + r.gatedFields(cfg)
 }
 
 // gatedFields are the figures of -graph gated, over the measured time: the gated attempts
@@ -706,11 +715,11 @@ const topUpEvery = 250 * time.Millisecond
 // startReady starts n executions with their input set, in one StartMany, and counts them as
 // started.
 func (b *benchmark) startReady(ctx context.Context, rt *journey.Runtime, g *graph.Graph, n int) error {
-	inputs := make([]map[string]any, n)
+	inputs, keys := make([]map[string]any, n), make([]string, n)
 	for i := range inputs {
-		inputs[i] = map[string]any{"x": b.input()}
+		inputs[i], keys[i] = map[string]any{"x": b.input()}, b.key()
 	}
-	exs, err := rt.StartMany(ctx, g, inputs)
+	exs, err := rt.StartMany(ctx, g, inputs, journey.WithKeys(keys))
 	if err != nil {
 		return fmt.Errorf("starting executions: %w", err)
 	}
@@ -756,6 +765,15 @@ func (b *benchmark) nodeOptions() []graph.NodeOption {
 		opts = append(opts, graph.MaxParallel(b.cfg.maxParallel))
 	}
 	return opts
+}
+
+// key is the key of the next execution: with -keyed, bench-1, bench-2…, each held by one
+// execution; else "", no key.
+func (b *benchmark) key() string {
+	if !b.cfg.keyed {
+		return ""
+	}
+	return "bench-" + strconv.FormatInt(b.keys.Add(1), 10)
 }
 
 // input is the value of x of the next execution: 1, 2, 3…, so that -graph gated spreads its
@@ -974,7 +992,7 @@ func (b *benchmark) openLoop(ctx context.Context, rts []*journey.Runtime, res *b
 	// The latencies leave out the warm-up, while the pool opens its connections.
 	warm := began.Add(min(benchWarmup, b.cfg.duration/2))
 	run := func(rt *journey.Runtime) error {
-		ex, err := rt.Start(ectx, b.measured)
+		ex, err := rt.Start(ectx, b.measured, journey.WithKey(b.key()))
 		if err != nil {
 			return fmt.Errorf("starting an execution: %w", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ import (
 // and those of -graph gated after them.
 var finalLine = regexp.MustCompile(`^bench: mode=\S+ graph=\S+ computations/s=\S+ p50_ms=\S+ p99_ms=\S+ ` +
 	`statements_per_computation=\S+ transactions_per_computation=\S+ row_writes_per_execution=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
-	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+` +
+	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+ keyed=(true|false)` +
 	`( keys=\d+ max_parallel=\d+ promotions_per_s=\S+ promote_passes=\S+ promote_pass_ms=\S+ promote_choose_ms_max=\S+ ` +
 	`pending_start=\d+ pending_end=\d+ max_running=\d+)?$`)
 
@@ -64,6 +65,8 @@ func TestBenchModes(t *testing.T) {
 			"-finished-rows", "100"}, "drain", "chain5", 20, 5},
 		{"continuous", []string{"-duration", "2s", "-producers", "4", "-backlog", "200"}, "continuous", "one", 0, 1},
 		{"open loop", []string{"-rate", "20", "-duration", "2s", "-graph", "fanout10"}, "rate", "fanout10", 40, 10},
+		{"open loop keyed", []string{"-rate", "20", "-duration", "2s", "-keyed"}, "rate", "one", 40, 1},
+		{"drain keyed", []string{"-n", "30", "-keyed"}, "drain", "one", 30, 1},
 		{"continuous gated", []string{"-duration", "2s", "-graph", "gated", "-keys", "5", "-max-parallel", "2", "-backlog", "50"},
 			"continuous", "gated", 0, 1},
 	} {
@@ -71,6 +74,7 @@ func TestBenchModes(t *testing.T) {
 			fields, stdout := runBenchLine(t, append(tc.args, "-schema", pgtest.Schema(t))...)
 			require.Equal(t, tc.mode, fields["mode"])
 			require.Equal(t, tc.shape, fields["graph"])
+			require.Equal(t, strconv.FormatBool(slices.Contains(tc.args, "-keyed")), fields["keyed"])
 			if tc.mode == "continuous" {
 				// Counted in the window only: on a busy machine, the replica may finish none in 2s.
 				require.GreaterOrEqual(t, number(t, fields, "computations/s"), 0.0)

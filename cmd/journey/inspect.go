@@ -238,13 +238,15 @@ func (w *whereFlags) Set(s string) error {
 
 func runExecutionsList(ctx context.Context, env *environment, args []string) int {
 	fs, of := newOpsFlagSet(env, "executions list",
-		"[--graph G] [--version V] [--where node=value ...] [--state S] [--archived] [--limit N] [--after CURSOR]",
+		"[--graph G] [--version V] [--key K] [--where node=value ...] [--state S] [--archived] [--limit N] [--after CURSOR]",
 		"list lists executions, newest first. --where compares a node's value: as JSON if the text is JSON "+
-			"(10, true, \"x\"), else as a string.")
+			"(10, true, \"x\"), else as a string. --key finds the execution that holds a key (journey.WithKey), "+
+			"and with --archived those that held it before.")
 	var f persistence.ExecutionFilter
 	var where whereFlags
 	fs.StringVar(&f.Graph, "graph", "", "only the executions of this `graph`")
 	fs.StringVar(&f.Version, "version", "", "only the executions of this graph `version`")
+	fs.StringVar(&f.Key, "key", "", "only the executions started with this `key`")
 	fs.Var(&where, "where", "only the executions whose `node=value`; repeat for several")
 	fs.StringVar(&f.State, "state", "", "only the executions in this `state`: "+strings.Join(persistence.ExecStates, ", "))
 	fs.BoolVar(&f.Archived, "archived", false, "include the archived executions")
@@ -282,9 +284,10 @@ func runExecutionsList(ctx context.Context, env *environment, args []string) int
 	}
 	rows := make([][]string, 0, len(page.Executions))
 	for _, e := range page.Executions {
-		rows = append(rows, []string{e.ID, e.Graph, e.Version, e.State, fmt.Sprint(e.Revision), at(&e.CreatedAt), at(&e.UpdatedAt)})
+		rows = append(rows, []string{e.ID, e.Graph, e.Version, e.State, fmt.Sprint(e.Revision), at(&e.CreatedAt),
+			at(&e.UpdatedAt), orDash(&e.Key)})
 	}
-	table(env.stdout, "ID\tGRAPH\tVERSION\tSTATE\tREVISION\tCREATED\tUPDATED", rows)
+	table(env.stdout, "ID\tGRAPH\tVERSION\tSTATE\tREVISION\tCREATED\tUPDATED\tKEY", rows)
 	if page.Next != nil {
 		fmt.Fprintf(env.stdout, "\nmore: add --after %s\n", page.Next)
 	}
@@ -317,6 +320,9 @@ func runExecutionsShow(ctx context.Context, env *environment, args []string) int
 func showExecution(w io.Writer, d *persistence.ExecutionDetail) {
 	e := d.Execution
 	fmt.Fprintf(w, "Execution %s of graph %q version %q: %s, revision %d\n", e.ID, e.Graph, e.Version, e.State, e.Revision)
+	if e.Key != "" {
+		fmt.Fprintf(w, "key %q\n", e.Key)
+	}
 	fmt.Fprintf(w, "created %s, updated %s", at(&e.CreatedAt), at(&e.UpdatedAt))
 	if e.ArchivedAt != nil {
 		fmt.Fprintf(w, ", archived %s", at(e.ArchivedAt))

@@ -165,17 +165,6 @@ func TestExecutionsList(t *testing.T) {
 	require.Regexp(t, `(?m)^`+b.okID+`\s+shop\s+v1\s+idle\s+\d+\s`, stdout)
 	require.NotContains(t, stdout, "more:")
 
-	type page struct {
-		Executions []persistence.ExecutionRow `json:"executions"`
-		Next       string                     `json:"next"`
-	}
-	ids := func(p page) []string {
-		var out []string
-		for _, e := range p.Executions {
-			out = append(out, e.ID)
-		}
-		return out
-	}
 	var p page
 	b.okJSON(t, &p, "executions", "list", "--state", "failed")
 	require.Equal(t, []string{b.failedID}, ids(p))
@@ -220,6 +209,68 @@ func TestExecutionsList(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr2.String(), `schema "no_such_schema" holds no journey tables`)
 	require.Contains(t, stderr2.String(), "journey migrate -schema no_such_schema")
+}
+
+// page is the JSON of `executions list`.
+type page struct {
+	Executions []persistence.ExecutionRow `json:"executions"`
+	Next       string                     `json:"next"`
+}
+
+// ids are the ids of the executions of p.
+func ids(p page) []string {
+	var out []string
+	for _, e := range p.Executions {
+		out = append(out, e.ID)
+	}
+	return out
+}
+
+// executions list -key finds the execution that holds a key, and with --archived those that held
+// it; show prints it; an unarchive that the key refuses is reported, and changes nothing.
+func TestExecutionsByKey(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	ctx := t.Context()
+	g := b.cfg.Graphs[0]
+	first, err := b.rt.Start(ctx, g, journey.WithKey("order-1042"), journey.WithValues(map[string]any{"order": "good"}))
+	require.NoError(t, err)
+	_, err = b.rt.Get(ctx, first.ID, "receipt", journey.WaitAny())
+	require.NoError(t, err)
+
+	code, stdout, stderr := b.ops(t, "executions", "list", "-key", "order-1042")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `ID\s+GRAPH\s+VERSION\s+STATE\s+REVISION\s+CREATED\s+UPDATED\s+KEY\n`+first.ID+`\s+shop\s+v1\s+idle\s.*\sorder-1042\n$`, stdout)
+	code, stdout, _ = b.ops(t, "executions", "list")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^`+b.okID+`\s.*\s-$`, stdout, "an execution without a key")
+	var p page
+	b.okJSON(t, &p, "executions", "list", "-key", "order-1042")
+	require.Equal(t, []string{first.ID}, ids(p))
+	require.Equal(t, "order-1042", p.Executions[0].Key)
+	require.Equal(t, "order-1042", b.detail(t, first.ID).Execution.Key)
+	require.Empty(t, b.detail(t, b.okID).Execution.Key)
+	code, stdout, _ = b.ops(t, "executions", "show", first.ID)
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "key \"order-1042\"\n")
+
+	require.NoError(t, b.rt.Archive(ctx, first.ID))
+	second, err := b.rt.Start(ctx, g, journey.WithKey("order-1042"))
+	require.NoError(t, err)
+	b.okJSON(t, &p, "executions", "list", "-key", "order-1042")
+	require.Equal(t, []string{second.ID}, ids(p))
+	b.okJSON(t, &p, "executions", "list", "-key", "order-1042", "--archived")
+	require.Equal(t, []string{second.ID, first.ID}, ids(p), "newest first")
+
+	code, stdout, stderr = b.ops(t, "unarchive", first.ID)
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stdout, "Replica "+opsReplica+" refused it: journey: key held by another execution: unarchiving "+first.ID)
+	require.Equal(t, "archived", b.detail(t, first.ID).Execution.State)
+
+	code, stdout, stderr = b.ops(t, "executions", "list", "-key", "a\x00b")
+	require.Equal(t, 1, code)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, `invalid text: key "a\x00b": it holds a NUL character`)
 }
 
 func TestExecutionsShow(t *testing.T) {

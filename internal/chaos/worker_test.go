@@ -61,6 +61,9 @@ type workerConfig struct {
 	// lifecycle events that say "event <key>" and return. BlockingHandler, if set, replaces the
 	// failure handler.
 	Soak bool
+	// Keys, if set, makes the worker Start Keys keys, KeyedCallers times each at once, on SIGUSR1
+	// (see keyedStarts).
+	Keys, KeyedCallers int
 }
 
 // served is the graphs a worker serves: the chaos graph, and the soak graphs if cfg.Soak.
@@ -276,6 +279,7 @@ func runWorker(raw string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	startKeyed := keyedStarts(cfg)
 	var onFailed, onCompleted func(context.Context, journey.ExecutionEvent) error
 	if cfg.Soak {
 		onFailed = func(_ context.Context, e journey.ExecutionEvent) error {
@@ -323,6 +327,7 @@ func runWorker(raw string) int {
 		return 1
 	}
 	say("ready")
+	startKeyed(ctx, rt)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), ms(cfg.StopGrace))
 	defer cancel()

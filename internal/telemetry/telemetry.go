@@ -43,6 +43,10 @@ const (
 	KeyComputation = attribute.Key("journey.computation.id")
 	KeyAttempt     = attribute.Key("journey.attempt")
 	KeyExecutions  = attribute.Key("journey.executions")
+	// KeyExecutionKey and KeyExisting are a keyed Start's key, and whether an execution held it
+	// already.
+	KeyExecutionKey = attribute.Key("journey.execution.key")
+	KeyExisting     = attribute.Key("journey.execution.existing")
 )
 
 // Outcomes of an attempt, the values of KeyOutcome on journey.computation.finished.
