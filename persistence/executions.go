@@ -271,9 +271,11 @@ func (s *Store) insertSteps(ins *inserts) []step {
 			ORDER BY e.ord
 			ON CONFLICT (key, graph_name) WHERE key IS NOT NULL AND archived_at IS NULL DO NOTHING
 			RETURNING *`), []any{ids, names, versions, revs, keys, s.clock.NowOrNil()}, collect(&ins.rows)},
-		{s.q(`SELECT e.* FROM unnest($1::text[], $2::text[]) AS k(key, graph_name)
-			JOIN {s}.executions e ON e.key = k.key AND e.graph_name = k.graph_name
-			WHERE e.key IS NOT NULL AND e.archived_at IS NULL`), []any{heldKeys, heldNames}, collect(&ins.holders)},
+		// One probe of the key's index per key (OFFSET 0 keeps the lateral join): the generic plan of
+		// a join read every keyed execution, 0.48 ms a call after 10,000 of them.
+		{s.q(`SELECT e.* FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
+			LATERAL (SELECT * FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
+				AND e.key IS NOT NULL AND e.archived_at IS NULL OFFSET 0) e`), []any{heldKeys, heldNames}, collect(&ins.holders)},
 	}
 }
 
