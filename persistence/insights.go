@@ -266,8 +266,9 @@ const (
 // RollInsights brings the insight cells up to date: it marks the minutes of the executions
 // created and of the attempts ended since its watermark, claims the minutes that writes marked,
 // then brings the claimed minutes of graph ("" for every graph) up to date, a chunk per
-// transaction, until none is left or budget has passed. It returns how many are left. The first
-// roll marks every minute that has executions.
+// transaction, until none is left or budget has passed. It returns how many marked minutes are
+// left, and at least 1 if it ran out of time before it marked what changed. The first roll marks
+// every minute that has executions.
 //
 // A reading's roll (a positive budget) stops each chunk's statement when the budget runs out, so
 // that the reading answers in time. A roll in the background (budget RollInBackground) leaves the
@@ -316,6 +317,7 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 			ON CONFLICT (one) DO UPDATE SET at = excluded.at`), w.From, w.Next).Exec(ctx)
 		return err
 	})
+	marked := err == nil
 	for err == nil {
 		var rolled int
 		if rolled, err = s.rollChunk(ctx, graph, background, timeout()); rolled < rollChunk || time.Since(began) >= budget {
@@ -328,8 +330,11 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 		return 0, fmt.Errorf("rolling the insights: %w", err)
 	}
 	var left int
-	err = s.db.NewRaw(s.q(`SELECT count(*) FROM {s}.insight_marks WHERE claimed AND (? = '' OR graph_name = ?)`),
+	err = s.db.NewRaw(s.q(`SELECT count(DISTINCT (graph_version, minute)) FROM {s}.insight_marks WHERE ? = '' OR graph_name = ?`),
 		graph, graph).Scan(ctx, &left)
+	if !marked {
+		left = max(left, 1) // what changed since the watermark is not even marked yet
+	}
 	return left, err
 }
 

@@ -99,3 +99,30 @@ func TestHistogramBinsGiveDurationsBack(t *testing.T) {
 	require.Equal(t, histogram{80: 1}.quantile(1), h.quantile(0.95))
 	require.Zero(t, histogram{}.quantile(0.5))
 }
+
+// A reading answers while another holds the roll's lock, without waiting for it, and says that
+// its answer is not up to date; once the lock is free, it is.
+func TestReadingDoesNotWaitForABusyRoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordGraphs(ctx))
+	_, err := b.store.CreateExecution(ctx, b.g)
+	require.NoError(t, err)
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", b.store.rollLockKey())
+	require.NoError(t, err)
+
+	q := InsightsQuery{Graph: "store"}.WithDefaults()
+	ins, err := b.store.Insights(ctx, q)
+	require.NoError(t, err)
+	require.Positive(t, ins.Pending)
+	require.Zero(t, ins.Executions)
+
+	require.NoError(t, tx.Rollback())
+	ins, err = b.store.Insights(ctx, q)
+	require.NoError(t, err)
+	require.Zero(t, ins.Pending)
+	require.EqualValues(t, 1, ins.Executions)
+}
