@@ -39,6 +39,15 @@ const (
 	staleAfter   = 20 * time.Second
 )
 
+// newSweeper returns a sweeper of cfg that the test's end releases: the roll of the insights
+// that a pass starts runs apart from it, and must end before the schema is dropped.
+func newSweeper(t *testing.T, cfg sweeper.Config) *sweeper.Sweeper {
+	t.Helper()
+	s := sweeper.New(cfg)
+	t.Cleanup(func() { require.NoError(t, s.Release(context.Background())) })
+	return s
+}
+
 // migrated returns a database handle and a schema of its own, migrated.
 func migrated(t *testing.T) (*bun.DB, string) {
 	t.Helper()
@@ -72,7 +81,7 @@ func setup(t *testing.T, name string) *bundle {
 	var err error
 	b.store, err = persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: logger})
 	require.NoError(t, err)
-	b.sweeper = sweeper.New(sweeper.Config{Store: b.store, Logger: logger})
+	b.sweeper = newSweeper(t, sweeper.Config{Store: b.store, Logger: logger})
 	e, err := b.store.CreateExecution(ctx, b.g)
 	require.NoError(t, err)
 	_, err = b.store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
@@ -180,7 +189,7 @@ func TestSkipsGraphsItDoesNotServe(t *testing.T) {
 	require.NoError(t, err)
 	b.clock.Advance(time.Hour)
 	b.alive(t)
-	res, err := sweeper.New(sweeper.Config{Store: other}).RunOnce(ctx)
+	res, err := newSweeper(t, sweeper.Config{Store: other}).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, res.Abandoned, "a replica that does not serve the graph leaves its rows alone")
 	require.Equal(t, persistence.StateRunning, b.attempts(t)[0].State)
@@ -212,7 +221,7 @@ func TestPromotesDueRetries(t *testing.T) {
 	comps, err := store.Computations(ctx, e.ID)
 	require.NoError(t, err)
 	require.Equal(t, persistence.StatePending, comps[1].State, "the retry waits for its backoff")
-	s := sweeper.New(sweeper.Config{Store: store, Logger: logger})
+	s := newSweeper(t, sweeper.Config{Store: store, Logger: logger})
 	res, err := s.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, res.Promoted)
@@ -230,7 +239,7 @@ func TestAbandonsTheWorkOfASilentReplica(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "silent")
 	ctx := context.Background()
-	s := sweeper.New(sweeper.Config{Store: b.store, ReplicaRetention: time.Hour})
+	s := newSweeper(t, sweeper.Config{Store: b.store, ReplicaRetention: time.Hour})
 	c := b.claim(t)
 	// The replica says it is to be thought dead 2s after its last heartbeat.
 	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", 2*time.Second, false))
@@ -345,7 +354,7 @@ func TestAbandonmentTelemetry(t *testing.T) {
 	store, err := persistence.New(persistence.Config{DB: b.store.DB(), Schema: b.store.Schema(), Clock: b.clock,
 		Graphs: []*graph.Graph{b.g}, Tracer: tel.Tracer})
 	require.NoError(t, err)
-	sw := sweeper.New(sweeper.Config{Store: store, ReplicaID: "r1", Telemetry: tel})
+	sw := newSweeper(t, sweeper.Config{Store: store, ReplicaID: "r1", Telemetry: tel})
 	_, sampled, err := sw.SampleStates(ctx)
 	require.NoError(t, err)
 	require.False(t, sampled, "no pass has taken the sweep lease yet")
@@ -441,7 +450,7 @@ func TestPassesStartIntervalApart(t *testing.T) {
 
 	const interval = 2 * time.Second
 	system := actor.NewActorSystem()
-	s := sweeper.New(sweeper.Config{Store: store, ReplicaID: "r1", Interval: interval, Logger: logger})
+	s := newSweeper(t, sweeper.Config{Store: store, ReplicaID: "r1", Interval: interval, Logger: logger})
 	pid := system.Root.Spawn(s.Props())
 	t.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
 	var once sync.Once
@@ -493,7 +502,7 @@ func TestRetentionBehindSweepsAgainSoon(t *testing.T) {
 	require.Equal(t, 11, history(), "the values replaced")
 	stub.Advance(2 * time.Hour)
 
-	s := sweeper.New(sweeper.Config{Store: store, ReplicaID: "r1", Interval: time.Hour, BatchSize: 2, Retention: time.Hour, Logger: logger})
+	s := newSweeper(t, sweeper.Config{Store: store, ReplicaID: "r1", Interval: time.Hour, BatchSize: 2, Retention: time.Hour, Logger: logger})
 	system := actor.NewActorSystem()
 	pid := system.Root.Spawn(s.Props())
 	t.Cleanup(func() { _ = system.Root.StopFuture(pid).Wait() })
@@ -520,7 +529,7 @@ func TestStrandedVersionIsWarnedOf(t *testing.T) {
 
 	var log strings.Builder
 	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s := sweeper.New(sweeper.Config{Store: store, ReplicaID: "sweeper-only", StrandedEvery: time.Nanosecond, Logger: logger})
+	s := newSweeper(t, sweeper.Config{Store: store, ReplicaID: "sweeper-only", StrandedEvery: time.Nanosecond, Logger: logger})
 	_, err = s.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Contains(t, log.String(), "no live replica serves")
@@ -548,7 +557,7 @@ func TestRollsTheInsightsUp(t *testing.T) {
 	require.NoError(t, err)
 	stub.Advance(3 * time.Minute) // the executions' minute is no longer filling
 
-	s := sweeper.New(sweeper.Config{Store: store, ReplicaID: "r1", InsightsEvery: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)})
+	s := newSweeper(t, sweeper.Config{Store: store, ReplicaID: "r1", InsightsEvery: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)})
 	_, err = s.RunOnce(ctx)
 	require.NoError(t, err)
 	cells := func() (n int) {
@@ -556,5 +565,4 @@ func TestRollsTheInsightsUp(t *testing.T) {
 		return n
 	}
 	require.Eventually(t, func() bool { return cells() == 2 }, 10*time.Second, 5*time.Millisecond)
-	require.NoError(t, s.Release(ctx))
 }
