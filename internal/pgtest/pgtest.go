@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
@@ -230,15 +231,34 @@ func schemaName(testName string) string {
 	return b.String()
 }
 
+// dropSchema drops schema, with everything in it.
+//
+// A statement that a test canceled as it ended may still run for a moment, until its backend
+// reads the cancel request: on a busy machine, long enough to wait for a lock that the DROP took
+// while the DROP waits for one that it holds. PostgreSQL then ends the DROP as a deadlock, and the
+// DROP is tried again, a few times.
 func dropSchema(ctx context.Context, url, schema string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	return err
+	for try := 1; ; try++ {
+		_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		var pgErr *pgconn.PgError
+		if try == dropTries || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
+
+// dropTries is how many times a schema's DROP is tried when it deadlocks.
+const dropTries = 5
 
 // Cluster starts a PostgreSQL cluster for this test alone and stops it when the test ends, for
 // tests that restart or stop the server. Most tests want Schema instead. The test is skipped if
