@@ -28,15 +28,21 @@ func pooledReplica(t *testing.T, cfg Config) *Runtime {
 	return rt
 }
 
-// acrossReplicas starts an execution on worker, whose local dispatcher claims its computation as
-// the Start commits, and has waiter Get(WaitAny) the computed value: the Get waits before the
-// function is released, so its answer can only come from what wakes waiter.
-func acrossReplicas(t *testing.T, g *graph.Graph, release chan struct{}, worker, waiter *Runtime) {
+// acrossReplicas starts an execution on worker, which claims its computation, and only then
+// starts the waiter (newWaiter), so that the worker alone can have claimed it; the waiter's
+// Get(WaitAny) of the computed value waits before the function is released, so its answer can
+// only come from what wakes waiter.
+func acrossReplicas(t *testing.T, g *graph.Graph, release chan struct{}, worker *Runtime, newWaiter func() *Runtime) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ex, err := worker.Start(ctx, g, WithValues(map[string]any{"x": 1}))
 	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		comps, err := worker.Computations(ctx, ex.ID)
+		return err == nil && len(comps) == 1 && comps[0].State == StateRunning
+	}, 30*time.Second, 5*time.Millisecond, "the worker claims the computation")
+	waiter := newWaiter()
 
 	got := waitingGet(ctx, t, waiter, ex.ID, "y")
 	close(release)
@@ -64,8 +70,7 @@ func TestBehindAPoolerListenURLWakesGet(t *testing.T) {
 	cfg.ReplicaID = "worker"
 	worker := pooledReplica(t, cfg)
 	cfg.ReplicaID = "waiter"
-	waiter := pooledReplica(t, cfg)
-	acrossReplicas(t, g, release, worker, waiter)
+	acrossReplicas(t, g, release, worker, func() *Runtime { return pooledReplica(t, cfg) })
 }
 
 // PollOnly, behind PgBouncer with no direct connection: no LISTEN, and the Get on the other
@@ -83,9 +88,11 @@ func TestBehindAPoolerPollOnlyPolls(t *testing.T) {
 	cfg.ReplicaID = "worker"
 	worker := pooledReplica(t, cfg)
 	cfg.ReplicaID = "waiter"
-	waiter := pooledReplica(t, cfg)
-	require.Nil(t, waiter.listener, "PollOnly starts no listener")
-	acrossReplicas(t, g, release, worker, waiter)
+	acrossReplicas(t, g, release, worker, func() *Runtime {
+		waiter := pooledReplica(t, cfg)
+		require.Nil(t, waiter.listener, "PollOnly starts no listener")
+		return waiter
+	})
 }
 
 // Through a pooler, a Config that says neither ListenURL nor PollOnly fails New with ErrPooler,
