@@ -16,17 +16,17 @@ import (
 // the store's lock timeout. Nothing was written: try again.
 var ErrLockTimeout = errors.New("journey: gave up waiting for a lock")
 
-// isLockTimeout reports whether err is PostgreSQL's lock_not_available, which lock_timeout raises.
-func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
-}
+// PostgreSQL's error codes that the store tells apart: lock_not_available, which lock_timeout
+// raises, and query_canceled, which statement_timeout raises.
+const (
+	lockNotAvailable = "55P03"
+	queryCanceled    = "57014"
+)
 
-// isStatementTimeout reports whether err is PostgreSQL's query_canceled, which statement_timeout
-// raises.
-func isStatementTimeout(err error) bool {
+// hasCode reports whether err is a PostgreSQL error with code.
+func hasCode(err error, code string) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
 // lockTimeoutSetting is the store's lock timeout as a value of lock_timeout.

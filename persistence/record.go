@@ -102,7 +102,7 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		done = sts
 		return nil
 	})
-	if isLockTimeout(err) {
+	if hasCode(err, lockNotAvailable) {
 		return nil, s.recordGaveUp(ctx, outs, err)
 	}
 	if err != nil {

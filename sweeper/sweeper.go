@@ -183,10 +183,9 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 // rollInsights starts bringing the cells behind Insights up to date, apart from the pass, every
 // InsightsEvery at most, unless the last roll still runs. Release stops it.
 func (s *Sweeper) rollInsights() {
-	if time.Since(s.rolledAt) < s.cfg.InsightsEvery || !s.rollBusy.CompareAndSwap(false, true) {
+	if !due(&s.rolledAt, s.cfg.InsightsEvery) || !s.rollBusy.CompareAndSwap(false, true) {
 		return
 	}
-	s.rolledAt = time.Now()
 	s.rolling.Add(1)
 	go func() {
 		defer s.rolling.Done()
@@ -201,13 +200,22 @@ func (s *Sweeper) rollInsights() {
 	}()
 }
 
+// due reports whether every has passed since *last, and if so sets *last to now: a chore that a
+// pass does every so often.
+func due(last *time.Time, every time.Duration) bool {
+	if time.Since(*last) < every {
+		return false
+	}
+	*last = time.Now()
+	return true
+}
+
 // warnStranded logs a warning for each graph version that no live replica serves while some of
 // its executions have work left, every StrandedEvery at most.
 func (s *Sweeper) warnStranded(ctx context.Context) {
-	if time.Since(s.strandedAt) < s.cfg.StrandedEvery {
+	if !due(&s.strandedAt, s.cfg.StrandedEvery) {
 		return
 	}
-	s.strandedAt = time.Now()
 	stranded, err := s.cfg.Store.Stranded(ctx)
 	if err != nil {
 		s.logger.Warn("looking for stranded graph versions failed", "error", err)
