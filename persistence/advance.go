@@ -91,7 +91,7 @@ func (s *Store) write(ctx context.Context, id string, before func(ctx context.Co
 		if err := fn(ctx, t, sts[0]); err != nil {
 			return err
 		}
-		t.atCommit(s.q(markSQL), []string{id})
+		s.mark(t, sts)
 		if err := s.finish(ctx, t, sts); err != nil {
 			return err
 		}

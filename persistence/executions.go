@@ -509,11 +509,11 @@ func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step
 	var done []*execState
 	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		t.tail = append(t.tail, tail...)
-		t.atCommit(s.q(markSQL), ids)
 		sts, err := s.load(ctx, t, ids, nil, then)
 		if err != nil {
 			return err
 		}
+		s.mark(t, sts)
 		byID := make(map[string]*execState, len(sts))
 		for _, st := range sts {
 			byID[st.exec.ID] = st

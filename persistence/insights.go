@@ -236,12 +236,17 @@ func binOf(x string) string {
 // rollLockKey names the advisory lock that a roll holds, one at a time per schema.
 func (s *Store) rollLockKey() string { return "journey-insights:" + s.schema }
 
-// markSQL marks the minutes of the executions $1 as out of date, for the roll: a write that
-// neither creates an execution nor ends an attempt sends it with its COMMIT. A minute already
-// marked costs an index lookup.
-const markSQL = `INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
-	SELECT DISTINCT graph_name, graph_version, date_trunc('minute', created_at) FROM {s}.executions WHERE id = ANY($1)
-	ON CONFLICT DO NOTHING`
+// mark marks the minutes of the executions sts, loaded, as out of date for the roll, with the
+// COMMIT of t: a write that neither creates an execution nor ends an attempt calls it. A minute
+// already marked costs an index lookup.
+func (s *Store) mark(t *txn, sts []*execState) {
+	gs, vs, ms := make([]string, len(sts)), make([]string, len(sts)), make([]time.Time, len(sts))
+	for i, st := range sts {
+		gs[i], vs[i], ms[i] = st.exec.GraphName, st.exec.GraphVersion, st.exec.CreatedAt.Truncate(time.Minute)
+	}
+	t.atCommit(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
+		SELECT DISTINCT * FROM unnest($1::text[], $2::text[], $3::timestamptz[]) ON CONFLICT DO NOTHING`), gs, vs, ms)
+}
 
 // rollChunk is how many marked minutes one transaction of the roll brings up to date.
 const rollChunk = 32
@@ -325,7 +330,7 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 		}
 	}
 	switch {
-	case !background && isStatementTimeout(err): // the rest is the sweep's
+	case !background && hasCode(err, queryCanceled): // the rest is the sweep's
 	case err != nil:
 		return 0, fmt.Errorf("rolling the insights: %w", err)
 	}
