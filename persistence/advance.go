@@ -135,7 +135,7 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 	var vals []*valueRow
 	var latest []*Computation
 	// A new slice: appending to before would write into the caller's array.
-	steps := slices.Concat(before, []step{{s.q(`SELECT e.*, coalesce($1::timestamptz, now()) AS tx_now FROM {s}.executions e
+	steps := slices.Concat(before, []step{{s.q(`SELECT ` + cols("e", executionColumns) + `, coalesce($1::timestamptz, now()) AS tx_now FROM {s}.executions e
 			WHERE e.id = ANY($2::text[]) ORDER BY e.id FOR UPDATE`), []any{s.clock.NowOrNil(), ids}, collect(&rows)}}, then)
 	err := t.send(ctx, append(steps,
 		step{s.q(`SELECT execution_id, node, value, metadata, revision, set_at FROM {s}."values"
@@ -176,9 +176,9 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 // latestAttemptsQuery reads the newest attempt of each node of executions $1 that is not an
 // input, given as the arrays of graph keys $2 and node names $3. It reads one index entry per
 // node: the cost does not grow with the attempts an execution has made.
-const latestAttemptsQuery = `SELECT c.* FROM {s}.executions e
+var latestAttemptsQuery = `SELECT ` + cols("c", computationColumns) + ` FROM {s}.executions e
 	JOIN unnest($2::text[], $3::text[]) AS n(graph_key, node) ON n.graph_key = e.graph_name || '@' || e.graph_version
-	CROSS JOIN LATERAL (SELECT * FROM {s}.computations
+	CROSS JOIN LATERAL (SELECT ` + cols("", computationColumns) + ` FROM {s}.computations
 		WHERE execution_id = e.id AND node = n.node ORDER BY id DESC LIMIT 1) c
 	WHERE e.id = ANY($1::text[])`
 
@@ -232,7 +232,7 @@ func (w *valueWrites) add(id, node string, raw, meta json.RawMessage, rev int64)
 // revision plus one: the writer holds the execution's row, and writes back that revision.
 const writeValuesQuery = `WITH i AS (SELECT * FROM unnest(?::text[], ?::text[], ?::jsonb[], ?::text[], ?::bigint[])
 			WITH ORDINALITY AS i(execution_id, node, value, metadata, revision, ord)),
-	old AS (SELECT v.* FROM {s}."values" v JOIN i ON v.execution_id = i.execution_id AND v.node = i.node),
+	old AS (SELECT v.execution_id, v.node, v.value, v.metadata, v.revision, v.set_at, v.history_id FROM {s}."values" v JOIN i ON v.execution_id = i.execution_id AND v.node = i.node),
 	v AS (INSERT INTO {s}."values" AS v (execution_id, node, value, metadata, revision, set_at)
 		SELECT i.execution_id, i.node, i.value, nullif(i.metadata, '')::jsonb,
 			coalesce(nullif(i.revision, 0), e.revision + 1), coalesce(?::timestamptz, now())
@@ -272,7 +272,8 @@ func (st *execState) recordSave(node string, v graph.Value) {
 // deleteValue clears a node's value: it moves the value to the history, and records the
 // clearing there after it.
 func (s *Store) deleteValue(ctx context.Context, tx *txn, st *execState, node string) error {
-	_, err := tx.NewRaw(s.q(`WITH d AS (DELETE FROM {s}."values" WHERE execution_id = ? AND node = ? RETURNING *),
+	_, err := tx.NewRaw(s.q(`WITH d AS (DELETE FROM {s}."values" WHERE execution_id = ? AND node = ?
+			RETURNING history_id, execution_id, node, value, metadata, revision, set_at),
 		moved AS (INSERT INTO {s}.value_history (id, execution_id, node, value, metadata, revision, changed_at)
 			SELECT history_id, execution_id, node, value, metadata, revision, set_at FROM d)
 		INSERT INTO {s}.value_history (execution_id, node, revision, changed_at) SELECT execution_id, node, ?, ? FROM d`),
@@ -397,7 +398,7 @@ func (s *Store) failNode(ctx context.Context, tx *txn, st *execState, n graph.No
 		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
 		 heartbeat_timeout_ms, computed_with, error, created_at, finished_at)
 		VALUES (?, ?, ?, 'FAILED', 1, ?, ?, ?, ?, ?::jsonb, ?, ?, ?)
-		RETURNING *`),
+		RETURNING `+cols("", computationColumns)),
 		st.exec.ID, GraphKey(st.exec.GraphName, st.exec.GraphVersion), n.Name(), n.Settings().MaxAttempts, st.now,
 		n.Settings().AbandonAfter.Milliseconds(), n.Settings().HeartbeatTimeout.Milliseconds(), sig.String(), msg,
 		st.now, st.now).Scan(ctx, c)
@@ -479,7 +480,7 @@ func (s *Store) insertComputation(ctx context.Context, tx *txn, st *execState, n
 			 heartbeat_timeout_ms, computed_with, concurrency_key, max_parallel, error, created_at, finished_at,
 			 traceparent)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?, ?)
-			RETURNING *`),
+			RETURNING `+cols("", computationColumns)),
 			c.ExecutionID, c.GraphKey, c.Node, c.State, c.Attempt, c.MaxAttempts, c.RunAt, c.AbandonAfterMS,
 			c.HeartbeatTimeoutMS, c.ComputedWith, c.ConcurrencyKey, c.MaxParallel, c.Error, c.CreatedAt,
 			c.FinishedAt, c.Traceparent).Scan(ctx, c)

@@ -69,7 +69,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 						ORDER BY a.run_at, a.id LIMIT `+strconv.Itoa(window)+`
 						FOR UPDATE OF a, e SKIP LOCKED) l
 					ORDER BY l.run_at, l.id LIMIT $4))
-				RETURNING c.*),
+				RETURNING `+cols("c", computationColumns)+`),
 			-- A claim is a revision of its execution; the claim above holds the executions' rows.
 			-- This updates their newest versions, and reports those that are not the versions
 			-- the statement's snapshot sees (x): the values below, read from that snapshot, may

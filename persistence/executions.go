@@ -270,11 +270,11 @@ func (s *Store) insertSteps(ins *inserts) []step {
 				(SELECT coalesce($6::timestamptz, now()) AS now) t
 			ORDER BY e.ord
 			ON CONFLICT (key, graph_name) WHERE key IS NOT NULL AND archived_at IS NULL DO NOTHING
-			RETURNING *`), []any{ids, names, versions, revs, keys, s.clock.NowOrNil()}, collect(&ins.rows)},
+			RETURNING ` + cols("", executionColumns)), []any{ids, names, versions, revs, keys, s.clock.NowOrNil()}, collect(&ins.rows)},
 		// One probe of the key's index per key (OFFSET 0 keeps the lateral join): the generic plan of
 		// a join read every keyed execution, 0.48 ms a call after 10,000 of them.
-		{s.q(`SELECT e.* FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
-			LATERAL (SELECT * FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
+		{s.q(`SELECT ` + cols("e", executionColumns) + ` FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
+			LATERAL (SELECT ` + cols("e", executionColumns) + ` FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
 				AND e.key IS NOT NULL AND e.archived_at IS NULL OFFSET 0) e`), []any{heldKeys, heldNames}, collect(&ins.holders)},
 	}
 }
@@ -320,7 +320,7 @@ func (s *Store) insertExecutions(ids []string, gs []*graph.Graph, revs []int64, 
 		SELECT e.id, e.graph_name, e.graph_version, e.revision, t.now, t.now
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS e(id, graph_name, graph_version, revision),
 			(SELECT coalesce($5::timestamptz, now()) AS now) t
-		RETURNING *`), []any{ids, names, versions, revs, s.clock.NowOrNil()}, collect(rows)}
+		RETURNING ` + cols("", executionColumns)), []any{ids, names, versions, revs, s.clock.NowOrNil()}, collect(rows)}
 }
 
 // StartsIdle reports whether a new execution of g with no values starts idle: advancing it does
@@ -432,7 +432,7 @@ func (s *Store) LoadExecution(ctx context.Context, id string) (*Execution, error
 		return nil, err
 	}
 	exec := new(Execution)
-	err := s.db.NewRaw(s.q("SELECT * FROM {s}.executions WHERE id = ?"), id).Scan(ctx, exec)
+	err := s.db.NewRaw(s.q("SELECT "+cols("", executionColumns)+" FROM {s}.executions WHERE id = ?"), id).Scan(ctx, exec)
 	if isNoRows(err) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
@@ -697,7 +697,7 @@ func (s *Store) Computations(ctx context.Context, id string) ([]Computation, err
 		return nil, err
 	}
 	var comps []Computation
-	err := s.db.NewRaw(s.q("SELECT * FROM {s}.computations WHERE execution_id = ? ORDER BY id"), id).Scan(ctx, &comps)
+	err := s.db.NewRaw(s.q("SELECT "+cols("", computationColumns)+" FROM {s}.computations WHERE execution_id = ? ORDER BY id"), id).Scan(ctx, &comps)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing computations of %s: %w", id, err)
 	}

@@ -101,7 +101,7 @@ func (s *Store) LoadGraphVersion(ctx context.Context, name, version string) (*Gr
 		return nil, err
 	}
 	var rows []GraphVersion
-	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.graph_versions WHERE graph_name = ? AND graph_version = ?`),
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", versionColumns)+` FROM {s}.graph_versions WHERE graph_name = ? AND graph_version = ?`),
 		name, version).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("reading graph %q version %q: %w", name, version, err)

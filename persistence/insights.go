@@ -97,7 +97,7 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 		return nil, fmt.Errorf("%w: unknown scope %q: use %q, %q or %q", ErrBadRequest, q.Scope, ScopeActive, ScopeArchived, ScopeAll)
 	}
 	var versions []GraphVersion
-	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.graph_versions WHERE graph_name = ? AND (? = '' OR graph_version = ?)
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", versionColumns)+` FROM {s}.graph_versions WHERE graph_name = ? AND (? = '' OR graph_version = ?)
 		ORDER BY first_seen_at DESC, graph_version DESC LIMIT 1`), q.Graph, q.Version, q.Version).Scan(ctx, &versions)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("reading the graph versions: %w", err)

@@ -98,7 +98,7 @@ type graphTotal struct {
 // graphSummaries lists the recorded graph versions, with their totals as totals gives them.
 func (s *Store) graphSummaries(ctx context.Context, totals func(context.Context, []GraphSummary) ([]graphTotal, error)) ([]GraphSummary, error) {
 	var out []GraphSummary
-	err := s.db.NewRaw(s.q(`SELECT v.*,
+	err := s.db.NewRaw(s.q(`SELECT `+cols("v", versionColumns)+`,
 			ARRAY(SELECT r.replica_id FROM {s}.replica_heartbeats r
 				WHERE v.graph_name || '@' || v.graph_version = ANY(r.graphs) AND `+liveReplica+`
 				ORDER BY r.replica_id) AS replicas,
@@ -280,7 +280,7 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 	// The state of each row is computed on the page alone, outside the LIMIT, so that the
 	// planner looks each one up by the execution's id.
 	query := "SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at, " +
-		stateExpr + " AS state FROM (SELECT e.*" + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e" +
+		stateExpr + " AS state FROM (SELECT " + cols("e", executionColumns) + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e" +
 		" ORDER BY e.created_at DESC, e.id DESC"
 	args = append(args, limit+1)
 	var rows []ExecutionRow
@@ -317,7 +317,7 @@ func (s *Store) checkFilter(ctx context.Context, f ExecutionFilter) error {
 		return nil
 	}
 	var versions []GraphVersion
-	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.graph_versions
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", versionColumns)+` FROM {s}.graph_versions
 		WHERE (? = '' OR graph_name = ?) AND (? = '' OR graph_version = ?)`),
 		f.Graph, f.Graph, f.Version, f.Version).Scan(ctx, &versions)
 	if err != nil && !isNoRows(err) {
@@ -418,7 +418,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 		{"attempts", `SELECT id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error, created_at
 			FROM {s}.computations WHERE execution_id = ? ORDER BY id`, &d.Attempts},
 		{"history", historyQuery, &d.History},
-		{"requests", `SELECT * FROM {s}.requests WHERE execution_id = ? ORDER BY id`, &d.Requests},
+		{"requests", `SELECT ` + cols("", requestColumns) + ` FROM {s}.requests WHERE execution_id = ? ORDER BY id`, &d.Requests},
 	}
 	for _, r := range reads {
 		if err := s.db.NewRaw(s.q(r.query), id).Scan(ctx, r.dst); err != nil && !isNoRows(err) {
@@ -499,7 +499,7 @@ type ReplicaStatus struct {
 // lookup on computations_running_replica_idx per replica).
 func (s *Store) ReplicaStatuses(ctx context.Context) ([]ReplicaStatus, error) {
 	var out []ReplicaStatus
-	err := s.db.NewRaw(s.q(`SELECT r.*,
+	err := s.db.NewRaw(s.q(`SELECT `+cols("r", replicaColumns)+`,
 			r.last_heartbeat < coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond' AS stale,
 			(extract(epoch FROM coalesce(?::timestamptz, now()) - r.last_heartbeat) * 1000)::bigint AS heartbeat_age_ms,
 			(SELECT count(*) FROM {s}.computations c WHERE c.state = 'RUNNING' AND c.replica_id = r.replica_id) AS running

@@ -25,7 +25,7 @@ func (s *Store) FindByKey(ctx context.Context, name, key string) (*Execution, er
 		return nil, fmt.Errorf("%w: no execution holds the empty key; give the key the execution was started with", ErrNotFound)
 	}
 	var execs []*Execution
-	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.executions WHERE key = ? AND graph_name = ? AND archived_at IS NULL`),
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", executionColumns)+` FROM {s}.executions WHERE key = ? AND graph_name = ? AND archived_at IS NULL`),
 		key, name).Scan(ctx, &execs)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("finding the execution of graph %q with key %q: %w", name, key, err)

@@ -202,7 +202,7 @@ func (s *Store) cancelArchived(ctx context.Context, tx *txn, st *execState) erro
 	err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'CANCELED', error = ?, finished_at = ?
 		WHERE id IN (SELECT id FROM {s}.computations
 			WHERE execution_id = ? AND state IN ('PENDING', 'AVAILABLE') FOR UPDATE SKIP LOCKED)
-		RETURNING *`), ReasonArchived, st.now, st.exec.ID).Scan(ctx, &canceled)
+		RETURNING `+cols("", computationColumns)), ReasonArchived, st.now, st.exec.ID).Scan(ctx, &canceled)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("canceling the waiting work of archived execution %s: %w", st.exec.ID, err)
 	}
@@ -235,7 +235,7 @@ func (s *Store) reviveArchived(ctx context.Context, tx *txn, st *execState) erro
 		SET state = CASE WHEN run_at > ? OR concurrency_key IS NOT NULL OR max_parallel IS NOT NULL
 				THEN 'PENDING' ELSE 'AVAILABLE' END,
 			available_at = ?, error = NULL, finished_at = NULL
-		WHERE id = ANY(?::bigint[]) RETURNING *`), st.now, st.now, pgdialect.Array(ids)).Scan(ctx, &revived)
+		WHERE id = ANY(?::bigint[]) RETURNING `+cols("", computationColumns)), st.now, st.now, pgdialect.Array(ids)).Scan(ctx, &revived)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("reviving the work of %s: %w", st.exec.ID, err)
 	}

@@ -68,7 +68,7 @@ func (s *Store) claimLocally(t *txn, st *execState) {
 
 // claimLocallyQuery inserts attempts claimed by this replica ($1) at their creation: the claim's
 // time is their creation's, and its deadlines follow from it, as Claim sets them.
-const claimLocallyQuery = `INSERT INTO {s}.computations
+var claimLocallyQuery = `INSERT INTO {s}.computations
 		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
 		 heartbeat_timeout_ms, computed_with, created_at, traceparent, replica_id, claim_token, claimed_at,
 		 deadline, heartbeat_deadline, last_heartbeat_at)
@@ -81,7 +81,7 @@ const claimLocallyQuery = `INSERT INTO {s}.computations
 		node, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, created_at,
 		traceparent, ord)
 	ORDER BY ord
-	RETURNING *`
+	RETURNING ` + cols("", computationColumns)
 
 // claimStep is the statement that inserts the attempts claimed locally in t, to go with the
 // COMMIT. It gives each its id and claim, and its execution's values.

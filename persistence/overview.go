@@ -154,7 +154,7 @@ type Reclaim struct {
 // computations_abandoned_idx).
 func (s *Store) Reclaims(ctx context.Context, limit int) ([]Reclaim, error) {
 	var out []Reclaim
-	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.reclaim_history ORDER BY abandoned_at DESC, id DESC LIMIT ?`), limit).
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", reclaimColumns)+` FROM {s}.reclaim_history ORDER BY abandoned_at DESC, id DESC LIMIT ?`), limit).
 		Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing the reclaims: %w", err)

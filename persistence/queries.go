@@ -287,7 +287,7 @@ func (s *Store) ListExecutions(ctx context.Context, q ListQuery) ([]Execution, e
 	case q.OrderBy != "":
 		order = "sv.value " + dir + " NULLS LAST"
 	}
-	query := "SELECT e.*" + from + " ORDER BY " + order + ", e.id " + dir
+	query := "SELECT " + cols("e", executionColumns) + from + " ORDER BY " + order + ", e.id " + dir
 	if q.Limit > 0 {
 		query += " LIMIT ?"
 		args = append(args, q.Limit)

@@ -72,7 +72,7 @@ const liveReplica = `r.last_heartbeat >= coalesce(?::timestamptz, now()) - r.sta
 // Replicas lists the replicas that heartbeat in this schema, newest heartbeat first.
 func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
 	var out []Replica
-	err := s.db.NewRaw(s.q(`SELECT *,
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", replicaColumns)+`,
 			last_heartbeat < coalesce(?::timestamptz, now()) - stale_after_ms * interval '1 millisecond' AS stale
 		FROM {s}.replica_heartbeats ORDER BY last_heartbeat DESC, replica_id`), s.clock.NowOrNil()).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {

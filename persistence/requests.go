@@ -64,7 +64,7 @@ func (s *Store) Ask(ctx context.Context, id, action, node string) (*Request, err
 	req := new(Request)
 	err = s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		err := tx.NewRaw(s.q(`INSERT INTO {s}.requests (execution_id, graph_key, action, node, requested_at)
-			VALUES (?, ?, ?, ?, coalesce(?::timestamptz, now())) RETURNING *`),
+			VALUES (?, ?, ?, ?, coalesce(?::timestamptz, now())) RETURNING `+cols("", requestColumns)),
 			id, GraphKey(exec.GraphName, exec.GraphVersion), action, nodeArg, s.clock.NowOrNil()).Scan(ctx, req)
 		if err != nil {
 			return fmt.Errorf("recording the request: %w", err)
@@ -89,7 +89,7 @@ func (s *Store) checkRetry(ctx context.Context, exec *Execution, node string) er
 			ErrUnknownNode, exec.GraphName, exec.GraphVersion, node)
 	}
 	var latest []Computation
-	err = s.db.NewRaw(s.q(`SELECT * FROM {s}.computations WHERE execution_id = ? AND node = ?
+	err = s.db.NewRaw(s.q(`SELECT `+cols("", computationColumns)+` FROM {s}.computations WHERE execution_id = ? AND node = ?
 		ORDER BY id DESC LIMIT 1`), exec.ID, node).Scan(ctx, &latest)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("reading the attempts of %q: %w", node, err)
@@ -108,7 +108,7 @@ func (s *Store) checkRetry(ctx context.Context, exec *Execution, node string) er
 // LoadRequest reads a request.
 func (s *Store) LoadRequest(ctx context.Context, id int64) (*Request, error) {
 	req := new(Request)
-	if err := s.db.NewRaw(s.q("SELECT * FROM {s}.requests WHERE id = ?"), id).Scan(ctx, req); err != nil {
+	if err := s.db.NewRaw(s.q("SELECT "+cols("", requestColumns)+" FROM {s}.requests WHERE id = ?"), id).Scan(ctx, req); err != nil {
 		return nil, fmt.Errorf("reading request %d: %w", id, err)
 	}
 	return req, nil
@@ -125,7 +125,7 @@ func (s *Store) CarryOut(ctx context.Context, replicaID string, limit int) (int,
 		return 0, nil
 	}
 	var open []Request
-	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.requests WHERE done_at IS NULL AND graph_key IN (?)
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", requestColumns)+` FROM {s}.requests WHERE done_at IS NULL AND graph_key IN (?)
 		ORDER BY id LIMIT ?`), bun.List(s.keys), limit).Scan(ctx, &open)
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("finding open requests: %w", err)

@@ -341,7 +341,7 @@ func (s *Store) abandonAlone(ctx context.Context, row expired, failures int, cau
 		}
 		err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'ABANDONED', error = ?, finished_at = coalesce(?::timestamptz, now())
 			WHERE id = ? AND state = 'RUNNING' AND claim_token = ?::uuid
-			RETURNING *`), msg, s.clock.NowOrNil(), row.ID, row.ClaimToken).Scan(ctx, &got)
+			RETURNING `+cols("", computationColumns)), msg, s.clock.NowOrNil(), row.ID, row.ClaimToken).Scan(ctx, &got)
 		if isNoRows(err) {
 			return nil
 		}
@@ -385,7 +385,7 @@ func (s *Store) abandonOne(ctx context.Context, row expired) (c *Computation, er
 		err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'ABANDONED', error = ?, finished_at = coalesce(?::timestamptz, now())
 			WHERE id = (SELECT id FROM {s}.computations
 				WHERE id = ? AND state = 'RUNNING' AND claim_token = ?::uuid FOR UPDATE SKIP LOCKED)
-			RETURNING *`), row.Reason, s.clock.NowOrNil(), row.ID, row.ClaimToken).Scan(ctx, &got)
+			RETURNING `+cols("", computationColumns)), row.Reason, s.clock.NowOrNil(), row.ID, row.ClaimToken).Scan(ctx, &got)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("abandoning computation %d: %w", row.ID, err)
 		}

@@ -49,11 +49,15 @@ func shopGraph(fixed *atomic.Bool, charges *atomic.Int64) *graph.Graph {
 	})
 }
 
-// setupOps fills a fresh schema. The sweeper's interval is an hour: a request is carried out
-// because its NOTIFY wakes a replica, not by a sweep.
-func setupOps(t *testing.T) *opsBundle {
+// setupOps fills a fresh schema, after prepare, if given, has prepared it. The sweeper's
+// interval is an hour: a request is carried out because its NOTIFY wakes a replica, not by a
+// sweep.
+func setupOps(t *testing.T, prepare ...func(url, schema string)) *opsBundle {
 	t.Helper()
 	b := &opsBundle{url: pgtest.URL(t), schema: pgtest.Schema(t), fixed: new(atomic.Bool), charges: new(atomic.Int64)}
+	for _, p := range prepare {
+		p(b.url, b.schema)
+	}
 	b.cfg = journey.Config{
 		DatabaseURL: b.url, Schema: b.schema, Graphs: []*graph.Graph{shopGraph(b.fixed, b.charges)},
 		ReplicaID: opsReplica, PollInterval: 100 * time.Millisecond, SweepInterval: time.Hour,

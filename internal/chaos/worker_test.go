@@ -64,6 +64,9 @@ type workerConfig struct {
 	// Keys, if set, makes the worker Start Keys keys, KeyedCallers times each at once, on SIGUSR1
 	// (see keyedStarts).
 	Keys, KeyedCallers int
+	// Clients, if set, makes the worker serve the load graph too, and run that many clients of
+	// it from the start (see clients).
+	Clients int
 }
 
 // served is the graphs a worker serves: the chaos graph, and the soak graphs if cfg.Soak.
@@ -71,6 +74,9 @@ func served(cfg workerConfig) []*graph.Graph {
 	gs := []*graph.Graph{chaosGraph(cfg)}
 	for _, k := range soakKinds(cfg) {
 		gs = append(gs, k.g)
+	}
+	if cfg.Clients > 0 {
+		gs = append(gs, loadGraph(cfg))
 	}
 	return gs
 }
@@ -327,8 +333,10 @@ func runWorker(raw string) int {
 		return 1
 	}
 	say("ready")
+	waitClients := clients(ctx, rt, cfg)
 	startKeyed(ctx, rt)
 	<-ctx.Done()
+	waitClients()
 	sctx, cancel := context.WithTimeout(context.Background(), ms(cfg.StopGrace))
 	defer cancel()
 	if err := rt.Stop(sctx); err != nil {
