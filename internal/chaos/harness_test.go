@@ -46,13 +46,21 @@ type cluster struct {
 
 func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
 	t.Helper()
+	c := unmigratedCluster(t, url, cfg)
+	_, err := migrations.Migrate(context.Background(), c.store.DB(), c.cfg.Schema, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	return c
+}
+
+// unmigratedCluster is newCluster on a schema that the first worker migrates.
+func unmigratedCluster(t *testing.T, url string, cfg workerConfig) *cluster {
+	t.Helper()
 	cfg.URL, cfg.Schema = url, pgtest.Schema(t)
 	db := pgtest.BunDB(t, url)
 	logger := slog.New(slog.DiscardHandler)
-	_, err := migrations.Migrate(context.Background(), db, cfg.Schema, logger)
-	require.NoError(t, err)
 	graphs := served(cfg)
 	c := &cluster{cfg: cfg, g: graphs[0]}
+	var err error
 	c.store, err = persistence.New(persistence.Config{
 		DB: db, Schema: cfg.Schema, Graphs: graphs, Logger: logger,
 	})
@@ -122,6 +130,12 @@ type worker struct {
 // start starts a replica process and waits until it serves.
 func (c *cluster) start(t *testing.T, id string) *worker {
 	t.Helper()
+	return c.startBinary(t, id, os.Args[0])
+}
+
+// startBinary starts a replica process of the test binary bin, and waits until it serves.
+func (c *cluster) startBinary(t *testing.T, id, bin string) *worker {
+	t.Helper()
 	cfg := c.cfg
 	cfg.ReplicaID = id
 	// The replica's sessions carry its id, for the tests' snapshots of pg_stat_activity.
@@ -131,7 +145,7 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 	w := &worker{id: id, more: make(chan struct{}, 1), exited: make(chan struct{})}
 	// The tests end their workers with signals, and Pdeathsig below ends them with the test: a
 	// context would kill them before the test's cleanup stops them.
-	w.cmd = exec.Command(os.Args[0], "-test.run=^$") //nolint:noctx // see above
+	w.cmd = exec.Command(bin, "-test.run=^$") //nolint:noctx // see above
 	w.cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
 	w.cmd.Stderr = &stderrWriter{t: t, w: w, quiet: c.quiet}
 	// The worker dies with the test, whatever happens to the test.
@@ -363,4 +377,9 @@ func (p *stderrWriter) Write(b []byte) (int, error) {
 		}
 	}
 	return len(b), nil
+}
+
+// q puts the quoted schema of the cluster in the place of each "?." of query.
+func (c *cluster) q(query string) string {
+	return strings.ReplaceAll(query, "?.", pgx.Identifier{c.cfg.Schema}.Sanitize()+".")
 }

@@ -65,8 +65,9 @@ type workerConfig struct {
 	// (see keyedStarts).
 	Keys, KeyedCallers int
 	// Clients, if set, makes the worker serve the load graph too, and run that many clients of
-	// it from the start (see clients).
-	Clients int
+	// it from the start (see clients). ServeLoad serves the load graph without clients.
+	Clients   int
+	ServeLoad bool
 }
 
 // served is the graphs a worker serves: the chaos graph, and the soak graphs if cfg.Soak.
@@ -75,7 +76,7 @@ func served(cfg workerConfig) []*graph.Graph {
 	for _, k := range soakKinds(cfg) {
 		gs = append(gs, k.g)
 	}
-	if cfg.Clients > 0 {
+	if cfg.Clients > 0 || cfg.ServeLoad {
 		gs = append(gs, loadGraph(cfg))
 	}
 	return gs
