@@ -129,7 +129,7 @@ func TestSetHandsItsWorkToTheLocalDispatcher(t *testing.T) {
 		require.Equal(t, cfg.ReplicaID, *replicas[0])
 		got := attempts(t, rt, ex.ID, "y")
 		require.Equal(t, journey.StateSuccess, got[0].State)
-		require.Equal(t, got[0].CreatedAt, *got[0].ClaimedAt, "claimed as it was made")
+		require.False(t, got[0].ClaimedAt.Before(got[0].CreatedAt), "claimed as the write that made it commits")
 	}
 	// Start with values takes the same path.
 	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 41}))
@@ -272,3 +272,75 @@ type injected struct{}
 func (injected) Error() string { return "injected: the connection broke as the COMMIT was sent" }
 
 var errInjected error = injected{}
+
+// A write that waits for its execution's lock longer than a heartbeat timeout, and claims the
+// attempt it makes ready, stamps the claim once it holds the lock: the attempt does not commit
+// already past its heartbeat deadline, which the sweeper would abandon while the function runs,
+// and its retry run beside it.
+func TestLocalClaimStartsItsDeadlinesAfterTheLockWait(t *testing.T) {
+	t.Parallel()
+	const timeout = time.Second
+	var runs, running, most atomic.Int64
+	var fresh atomic.Bool // the attempt's heartbeat deadline was ahead when its function began
+	cfg := testConfig(t)
+	db := pgtest.DB(t)
+	g := graph.MustNew("local-lockwait", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) {
+			first := runs.Add(1) == 1
+			n := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			if first {
+				var ahead bool
+				err := db.QueryRowContext(ctx, `SELECT bool_and(heartbeat_deadline > now()) FROM `+
+					pgx.Identifier{cfg.Schema, "computations"}.Sanitize()+` WHERE state = 'RUNNING'`).Scan(&ahead)
+				fresh.Store(err == nil && ahead)
+			}
+			// Long enough for sweeps (every 50ms) to find the attempt, were it past its deadline.
+			select {
+			case <-time.After(2 * timeout):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return in.Int("x") + 1, nil
+		}, graph.Heartbeat(timeout/4, timeout), graph.MaxAttempts(3), graph.Backoff(fastBackoff)),
+	})
+	cfg.Graphs = []*graph.Graph{g}
+	rt := newRuntime(t, cfg)
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g)
+	require.NoError(t, err)
+
+	// Another session holds the execution's row while the Set waits for it, longer than the
+	// heartbeat timeout.
+	holder, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback() }()
+	_, err = holder.ExecContext(ctx, `SELECT 1 FROM `+pgx.Identifier{cfg.Schema, "executions"}.Sanitize()+
+		` WHERE id = $1 FOR UPDATE`, ex.ID)
+	require.NoError(t, err)
+	set := make(chan error, 1)
+	go func() {
+		_, err := rt.Set(ctx, ex.ID, "x", 1)
+		set <- err
+	}()
+	waitFor(t, "the Set to wait for the execution's lock", func() bool {
+		var waiting int
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+		return waiting > 0
+	})
+	time.Sleep(timeout + timeout/2) // the wall-clock time that the lock wait takes is the point
+	require.NoError(t, holder.Commit())
+	require.NoError(t, <-set)
+
+	v, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+	require.NoError(t, err)
+	require.Equal(t, int64(2), v.Int())
+	require.True(t, fresh.Load(), "the claim's heartbeat deadline was ahead when the function began")
+	require.Equal(t, int64(1), runs.Load(), "the function ran once")
+	require.Equal(t, int64(1), most.Load(), "never two at once")
+	require.Equal(t, map[journey.ComputationState]int{journey.StateSuccess: 1}, countStates(t, rt, ex.ID, "y"))
+}

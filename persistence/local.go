@@ -66,20 +66,25 @@ func (s *Store) claimLocally(t *txn, st *execState) {
 	t.claiming = append(t.claiming, st)
 }
 
-// claimLocallyQuery inserts attempts claimed by this replica ($1) at their creation: the claim's
-// time is their creation's, and its deadlines follow from it, as Claim sets them.
+// claimLocallyQuery inserts attempts claimed by this replica ($1) at their creation. The claim's
+// time, and the deadlines that follow from it as Claim sets them, are the statement's ($13, or
+// statement_timestamp()): it goes with the COMMIT, once the write holds its executions' locks. The
+// transaction's now() is when it began, before it waited for them: a write that waited longer
+// than a heartbeat timeout would commit its attempts already past their heartbeat deadline, for
+// the sweeper to abandon while their functions run.
 var claimLocallyQuery = `INSERT INTO {s}.computations
 		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
 		 heartbeat_timeout_ms, computed_with, created_at, traceparent, replica_id, claim_token, claimed_at,
 		 deadline, heartbeat_deadline, last_heartbeat_at)
 	SELECT execution_id, graph_key, node, 'RUNNING', attempt, max_attempts, run_at, abandon_after_ms,
-		heartbeat_timeout_ms, computed_with::jsonb, created_at, traceparent, $1, gen_random_uuid(), created_at,
-		created_at + abandon_after_ms * interval '1 millisecond',
-		created_at + heartbeat_timeout_ms * interval '1 millisecond', created_at
+		heartbeat_timeout_ms, computed_with::jsonb, created_at, traceparent, $1, gen_random_uuid(), t.at,
+		t.at + abandon_after_ms * interval '1 millisecond',
+		t.at + heartbeat_timeout_ms * interval '1 millisecond', t.at
 	FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::timestamptz[], $8::bigint[],
 		$9::bigint[], $10::text[], $11::timestamptz[], $12::text[]) WITH ORDINALITY AS c(execution_id, graph_key,
 		node, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, created_at,
-		traceparent, ord)
+		traceparent, ord),
+		(SELECT coalesce($13::timestamptz, statement_timestamp()) AS at) t
 	ORDER BY ord
 	RETURNING ` + cols("", computationColumns)
 
@@ -107,7 +112,8 @@ func (s *Store) claimStep(t *txn) (step, bool) {
 	var rows []*Computation
 	read := collect(&rows)
 	return step{s.q(claimLocallyQuery),
-		[]any{s.local.ReplicaID(), ids, keys, nodes, attempts, maxAttempts, runAts, abandons, beats, sigs, createdAts, traceparents},
+		[]any{s.local.ReplicaID(), ids, keys, nodes, attempts, maxAttempts, runAts, abandons, beats, sigs, createdAts, traceparents,
+			s.clock.NowOrNil()},
 		func(br pgx.BatchResults) error {
 			if err := read(br); err != nil {
 				return fmt.Errorf("claiming the attempts made ready: %w", err)
