@@ -512,25 +512,20 @@ func (r *Runtime) Get(ctx context.Context, id, node string, opts ...GetOption) (
 		}
 	}()
 	every := r.cfg.PollInterval
-	for first := true; ; first = false {
+	for {
 		var w *waiter
 		var remove func()
-		known := false
 		if o.wait {
-			// A Get that waits right after a write of this replica to the execution (a Set)
-			// knows what a first look would find: nothing yet.
-			w, remove, known = r.waiters.addKnown(id, node, o.newer, first)
+			w, remove = r.waiters.add(id, node, o.newer)
 		}
-		if !known {
-			v, seen, err := r.getOnce(ctx, id, node, o.newer)
-			if !o.wait || !errors.Is(err, ErrNotSet) {
-				if remove != nil {
-					remove()
-				}
-				return v, err
+		v, seen, err := r.getOnce(ctx, id, node, o.newer)
+		if !o.wait || !errors.Is(err, ErrNotSet) {
+			if remove != nil {
+				remove()
 			}
-			w.settle(seen)
+			return v, err
 		}
+		w.settle(seen)
 		if poll == nil {
 			poll = time.NewTimer(every)
 		}

@@ -3,7 +3,6 @@ package journey
 import (
 	"bytes"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -20,42 +19,6 @@ type waiters struct {
 	// waiters: their NOTIFY wakes no one, as the writer hands the value over when it returns, or
 	// wakes them to look again if its COMMIT failed.
 	committing map[change]struct{}
-	// known holds the state of the executions that writes of this replica committed lately, so
-	// that a Get right after one (a Set, then a Get that waits) need not look; order holds their
-	// ids, oldest first, to forget the oldest beyond maxKnown.
-	known map[string]*knownState
-	order []string
-}
-
-// maxKnown caps the executions whose state the waiters keep: at 1,000 writes a second, a few
-// seconds of them.
-const maxKnown = 4096
-
-// knownState is an execution's state as a write of this replica committed it, at revision rev
-// (-1 while the first write is committing), and the newest revision heard of since: a change
-// from elsewhere, or a write whose COMMIT's outcome is unknown. The state holds while heard is no
-// newer than rev: every change commits before its NOTIFY is heard, and the entry exists before
-// its first write commits, so no change after rev can have been missed.
-type knownState struct {
-	rev, heard int64
-	g          *graph.Graph
-	values     map[string]int64 // the revision of each node's value
-	failed     []string
-}
-
-// unchanged reports whether the state holds no value of node newer than revision newer, and no
-// failure of node, while nothing newer has been heard of: a look would find nothing.
-func (k *knownState) unchanged(node string, newer int64) bool {
-	if k.rev < 0 || k.heard > k.rev {
-		return false
-	}
-	if _, ok := k.g.Node(node); !ok {
-		return false // the look says why
-	}
-	if rev, ok := k.values[node]; ok && rev > newer || slices.Contains(k.failed, node) {
-		return false
-	}
-	return true
 }
 
 // change is a revision of an execution.
@@ -123,28 +86,19 @@ func (wt *waiter) settle(rev int64) {
 }
 
 func newWaiters() *waiters {
-	return &waiters{m: map[string]map[*waiter]struct{}{}, committing: map[change]struct{}{}, known: map[string]*knownState{}}
+	return &waiters{m: map[string]map[*waiter]struct{}{}, committing: map[change]struct{}{}}
 }
 
-// add registers a waiter on execution id, for a value of node newer than revision newer.
+// add registers a waiter on execution id, for a value of node newer than revision newer. The
+// Get then looks, whatever this replica last wrote to the execution: a change made elsewhere
+// announces itself by a NOTIFY, which may be lost (a writer that dies between its COMMIT and its
+// notifications) or never sent (Config.PollOnly), and a Get that trusted what it knew would wait
+// for its poll.
 func (w *waiters) add(id, node string, newer int64) (wt *waiter, remove func()) {
-	wt, remove, _ = w.addKnown(id, node, newer, false)
-	return wt, remove
-}
-
-// addKnown is add. If useKnown, and a write of this replica committed the execution's state
-// lately, with nothing heard of since, and in that state the node has no value newer than
-// revision newer and has not failed, it reports known: the waiter has seen that state, and the
-// Get need not look. A change after it wakes the waiter, as after a look.
-func (w *waiters) addKnown(id, node string, newer int64, useKnown bool) (wt *waiter, remove func(), known bool) {
 	wt = &waiter{ch: make(chan struct{}, 1), node: node, newer: newer}
 	wt.seen.Store(-1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if k := w.known[id]; useKnown && k != nil && k.unchanged(node, newer) {
-		wt.seen.Store(k.rev)
-		known = true
-	}
 	if w.m[id] == nil {
 		w.m[id] = map[*waiter]struct{}{}
 	}
@@ -156,14 +110,6 @@ func (w *waiters) addKnown(id, node string, newer int64, useKnown bool) (wt *wai
 		if len(w.m[id]) == 0 {
 			delete(w.m, id)
 		}
-	}, known
-}
-
-// heard notes a change of execution id at revision rev (math.MaxInt64: unknown). It runs under
-// the waiters' mu.
-func (w *waiters) heard(id string, rev int64) {
-	if k := w.known[id]; k != nil {
-		k.heard = max(k.heard, rev)
 	}
 }
 
@@ -176,7 +122,6 @@ func (w *waiters) wake(id string, rev int64) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.heard(id, rev)
 	if _, ok := w.committing[change{id, rev}]; ok {
 		return
 	}
@@ -185,38 +130,13 @@ func (w *waiters) wake(id string, rev int64) {
 	}
 }
 
-// Committing implements persistence.Handoff. It begins to keep the state of execution id, before
-// the COMMIT, so that every change after it is heard of.
+// Committing implements persistence.Handoff: the waiters on execution id hear of the change at
+// revision rev from the write, not from its NOTIFY.
 func (w *waiters) Committing(id string, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.m[id]) > 0 {
 		w.committing[change{id, rev}] = struct{}{}
-	}
-	if w.known[id] == nil {
-		w.known[id] = &knownState{rev: -1, heard: -1}
-		w.order = append(w.order, id)
-		for len(w.known) > maxKnown {
-			delete(w.known, w.order[0])
-			w.order = w.order[1:]
-		}
-	}
-}
-
-// Known implements persistence.Handoff: it keeps the state the write committed, if it is the
-// newest of execution id committed here, and the execution's state was kept since before the
-// write committed.
-func (w *waiters) Known(id string, rev int64, g *graph.Graph, values graph.Values, failed []string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	k := w.known[id]
-	if k == nil || rev <= k.rev {
-		return
-	}
-	k.rev, k.g, k.failed = rev, g, failed
-	k.values = make(map[string]int64, len(values))
-	for node, v := range values {
-		k.values[node] = v.Revision
 	}
 }
 
@@ -244,19 +164,15 @@ func (w *waiters) Aborted(id string, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.committing, change{id, rev})
-	w.heard(id, rev)
 	for wt := range w.m[id] {
 		wt.changed(rev, nil)
 	}
 }
 
-// wakeAll wakes every waiter, and forgets the states kept: changes may have gone unheard.
+// wakeAll wakes every waiter: changes may have gone unheard.
 func (w *waiters) wakeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, k := range w.known {
-		k.heard = math.MaxInt64
-	}
 	for _, ws := range w.m {
 		for wt := range ws {
 			wt.changed(math.MaxInt64, nil)

@@ -64,17 +64,6 @@ func (st *execState) failedNodes() []FailedNode {
 	return out
 }
 
-// failed returns the names of the nodes whose latest attempt ended their budget.
-func (st *execState) failed() []string {
-	var out []string
-	for node, c := range st.latest {
-		if c.failedForGood() {
-			out = append(out, node)
-		}
-	}
-	return out
-}
-
 // claimEvent claims an event of the execution, once per phase whichever replicas race, and
 // writes its deliveries to the outbox, in the transaction of the change that caused it: one per
 // target that any replica lists for the event in replica_heartbeats, or that this one can make.

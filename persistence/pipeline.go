@@ -75,7 +75,6 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 	for _, st := range t.handing {
 		if err == nil {
 			s.handoff.Committed(st.exec.ID, st.revision, st.values)
-			s.handoff.Known(st.exec.ID, st.revision, st.g, st.values, st.failed())
 		} else {
 			s.handoff.Aborted(st.exec.ID, st.revision)
 		}

@@ -125,13 +125,9 @@ type Config struct {
 // Aborted does not mean that nothing was committed: an error that ends the connection as the
 // COMMIT is sent leaves the client not knowing, while the server may have committed, and sent
 // the NOTIFY. Whoever waits on the change must look again.
-//
-// Known follows Committed, with the state the write committed: the execution's graph, its values
-// and the nodes that have failed for good, at revision rev. It must not keep values.
 type Handoff interface {
 	Committing(id string, rev int64)
 	Committed(id string, rev int64, values graph.Values)
-	Known(id string, rev int64, g *graph.Graph, values graph.Values, failed []string)
 	Aborted(id string, rev int64)
 }
 
