@@ -182,42 +182,45 @@ func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOpti
 	if err != nil {
 		return nil, err
 	}
+	// The id is chosen before the first try: a try made again, when the COMMIT of the one before
+	// got no answer, gets the execution that one made, if it did, instead of a second.
+	id := r.store.NewID(g)
 	// A traced Start goes alone: the attempts it creates link to its own span.
 	if trace.SpanContextFromContext(ctx).IsValid() {
-		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set}, []string{o.key})
+		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set}, []string{o.key}, []string{id})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(execs[0]), nil
 	}
 	if len(set) == 0 && r.store.StartsIdle(g) {
-		w, err := r.writes.do(ctx, write{start: g, key: o.key})
+		w, err := r.writes.do(ctx, write{start: g, key: o.key, id: id})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(w.exec), nil
 	}
-	e, err := r.startsOf(g).do(ctx, start{set, o.key})
+	e, err := r.startsOf(g).do(ctx, start{set, o.key, id})
 	if err != nil {
 		return nil, err
 	}
 	return toExecution(e), nil
 }
 
-// start is a Start of r.starts: the values of the inputs, and the key.
+// start is a Start of r.starts: the values of the inputs, the key, and the execution's id.
 type start struct {
-	values map[string]json.RawMessage
-	key    string
+	values  map[string]json.RawMessage
+	key, id string
 }
 
-// write is a call of r.writes: the Start of an execution of start with key (or none) and no
+// write is a call of r.writes: the Start of an execution of start with key (or none), id and no
 // values, which starts idle (persistence.Store.StartsIdle), or else set. The INSERT of an idle
 // Start goes with the COMMIT of the Sets that it meets, so that an application that starts an
 // execution, then sets its input, pays about one transaction for both under load.
 type write struct {
-	start *graph.Graph
-	key   string
-	set   persistence.Setting
+	start   *graph.Graph
+	key, id string
+	set     persistence.Setting
 }
 
 // written is the answer to a write: the execution started, or the revision after the Set.
@@ -229,16 +232,16 @@ type written struct {
 // writeAll makes the writes of ws in one transaction.
 func (r *Runtime) writeAll(ctx context.Context, ws []write) ([]written, error) {
 	var starts []*graph.Graph
-	var keys []string
+	var keys, ids []string
 	var sets []persistence.Setting
 	for _, w := range ws {
 		if w.start != nil {
-			starts, keys = append(starts, w.start), append(keys, w.key)
+			starts, keys, ids = append(starts, w.start), append(keys, w.key), append(ids, w.id)
 		} else {
 			sets = append(sets, w.set)
 		}
 	}
-	execs, revs, err := r.store.Write(ctx, starts, keys, sets)
+	execs, revs, err := r.store.Write(ctx, starts, keys, ids, sets)
 	if err != nil {
 		return nil, err
 	}
@@ -261,12 +264,14 @@ func (r *Runtime) startsOf(g *graph.Graph) *group[start, *persistence.Execution]
 	s, _ := r.starts.LoadOrStore(g, &group[start, *persistence.Execution]{
 		max: groupMax,
 		write: func(ctx context.Context, starts []start) ([]*persistence.Execution, error) {
-			items, keys := make([]map[string]json.RawMessage, len(starts)), make([]string, len(starts))
+			items := make([]map[string]json.RawMessage, len(starts))
+			keys, ids := make([]string, len(starts)), make([]string, len(starts))
 			for i, s := range starts {
-				items[i], keys[i] = s.values, s.key
+				items[i], keys[i], ids[i] = s.values, s.key, s.id
 			}
-			return r.store.CreateExecutions(ctx, g, items, keys)
+			return r.store.CreateExecutions(ctx, g, items, keys, ids)
 		},
+		again: func(start) bool { return true },
 	})
 	return s.(*group[start, *persistence.Execution])
 }
@@ -332,7 +337,7 @@ func (r *Runtime) startMany(ctx context.Context, g *graph.Graph, inputs []map[st
 		}
 		items[i] = set
 	}
-	execs, err := r.store.CreateExecutions(ctx, g, items, o.keys)
+	execs, err := r.store.CreateExecutions(ctx, g, items, o.keys, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,13 @@ var (
 	ErrSingleton = errors.New("journey: the graph is a singleton")
 	// ErrStopped means the runtime was stopped.
 	ErrStopped = errors.New("journey: runtime stopped")
+	// ErrOutcomeUnknown means a write's COMMIT got no answer (the connection broke, or the
+	// context ended, as it was sent): it may or may not have committed. The runtime never answers
+	// it by making the write again blind. A Start is made again with the execution's id, chosen
+	// before the first try, and gets the execution that the first try made, if it did: a Start
+	// returns it only if it could not find out. Read the execution (Load, Get) to learn whether a
+	// Set went through.
+	ErrOutcomeUnknown = persistence.ErrOutcomeUnknown
 )
 
 // TextError is the error of ErrInvalidText: Field names what the string was, Value quotes it,

@@ -2,6 +2,7 @@ package journey
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,10 +24,17 @@ const writeLinger = 250 * time.Microsecond
 // linger.
 //
 // A write that fails for a group of more than one is made again for each call alone, so that
-// each gets its own answer: one bad input fails its own call, not the others.
+// each gets its own answer: one bad input fails its own call, not the others. A write whose
+// COMMIT got no answer may have gone through: only the calls that again allows are made again,
+// and the others get its error. A call made alone whose COMMIT got no answer is made again once,
+// if again allows.
 type group[In, Out any] struct {
 	// write makes the writes of ins in one transaction, and returns their results in order.
 	write func(ctx context.Context, ins []In) ([]Out, error)
+	// again reports whether in's write may be made again once a write that held it got no
+	// answer to its COMMIT (ErrOutcomeUnknown): whether it finds what that write made, if it
+	// did, rather than make it twice. Nil: none may.
+	again func(in In) bool
 	// max is the most calls one write takes.
 	max int
 	// linger is how long a write waits for more calls to join those queued, if the group is
@@ -183,9 +191,23 @@ func (g *group[In, Out]) writeAll(calls []*groupCall[In, Out]) {
 			}
 			return
 		}
+		if errors.Is(err, ErrOutcomeUnknown) {
+			var again []*groupCall[In, Out]
+			for _, c := range calls {
+				if g.again != nil && g.again(c.in) {
+					again = append(again, c)
+				} else {
+					c.err = err
+				}
+			}
+			calls = again
+		}
 	}
 	for _, c := range calls {
 		outs, err := g.write(c.ctx, []In{c.in})
+		if errors.Is(err, ErrOutcomeUnknown) && c.ctx.Err() == nil && g.again != nil && g.again(c.in) {
+			outs, err = g.write(c.ctx, []In{c.in}) // once more: it finds what the first try made
+		}
 		if err == nil {
 			c.out = outs[0]
 		}

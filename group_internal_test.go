@@ -3,8 +3,11 @@ package journey
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,7 +74,7 @@ func groupedStarts(t *testing.T, g *graph.Graph) (rt *Runtime, grp *group[map[st
 	t.Helper()
 	rt = testRuntime(t, g)
 	grp, unblock, sizes = blocked(func(ctx context.Context, items []map[string]json.RawMessage) ([]*persistence.Execution, error) {
-		return rt.store.CreateExecutions(ctx, g, items, nil)
+		return rt.store.CreateExecutions(ctx, g, items, nil, nil)
 	})
 	return rt, grp, unblock, sizes
 }
@@ -404,4 +407,117 @@ func TestGroupLingersOnlyWhenBusy(t *testing.T) {
 	go do(4) // the second: max calls wait
 	wg.Wait()
 	require.Equal(t, []int{1, 2, 2}, sizes(), "the lingering call and the one that came, together")
+}
+
+// Starts grouped into a write whose COMMIT got no answer, though the server committed it, are
+// made again each alone with the ids chosen before the first try: each caller gets the execution
+// that the first try made for it, never a second one, and a keyed one is not Existing. The
+// executions are as the first try left them: not advanced again, their values not set again.
+func TestGroupedStartsWhoseCommitGotNoAnswer(t *testing.T) {
+	t.Parallel()
+	for _, withValues := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idle", true: "with values"}[withValues], func(t *testing.T) {
+			t.Parallel()
+			g := graph.MustNew("no-answer", "v1", []graph.Node{graph.Input("x")})
+			var commits atomic.Int64
+			release := make(chan struct{})
+			rt := startRuntime(t, Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t), Graphs: []*graph.Graph{g},
+				Test: TestConfig{StoreHooks: persistence.Hooks{Committed: func([]string) error {
+					switch commits.Add(1) {
+					case 1: // the leader's: the others queue behind it
+						<-release
+					case 2: // theirs, together
+						return errNoAnswer
+					}
+					return nil
+				}}}})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := func(i int) (*Execution, error) {
+				opts := []StartOption{}
+				if withValues {
+					opts = append(opts, WithValues(map[string]any{"x": i}))
+				}
+				if i%2 == 1 {
+					opts = append(opts, WithKey(fmt.Sprintf("key-%d", i)))
+				}
+				return rt.Start(ctx, g, opts...)
+			}
+			leader := make(chan error, 1)
+			go func() {
+				_, err := start(0)
+				leader <- err
+			}()
+			require.Eventually(t, func() bool { return commits.Load() == 1 }, 20*time.Second, time.Millisecond)
+			const callers = 4
+			type answer struct {
+				e   *Execution
+				err error
+			}
+			answers := make([]answer, callers)
+			var wg sync.WaitGroup
+			for i := range callers {
+				wg.Go(func() {
+					e, err := start(i + 1)
+					answers[i] = answer{e, err}
+				})
+			}
+			if withValues {
+				queued(t, rt.startsOf(g), callers)
+			} else {
+				queued(t, rt.writes, callers)
+			}
+			close(release)
+			wg.Wait()
+			require.NoError(t, <-leader)
+
+			ids := map[string]bool{}
+			for i, a := range answers {
+				require.NoError(t, a.err, "caller %d", i)
+				require.False(t, a.e.Existing, "caller %d made its execution", i)
+				ids[a.e.ID] = true
+				e, err := rt.Load(ctx, a.e.ID)
+				require.NoError(t, err)
+				require.Equal(t, a.e.Revision, e.Revision, "caller %d: written once", i)
+				if withValues {
+					require.EqualValues(t, 1, e.Revision)
+				}
+				if key := fmt.Sprintf("key-%d", i+1); i%2 == 0 {
+					found, err := rt.FindByKey(ctx, g.Name(), key)
+					require.NoError(t, err)
+					require.Equal(t, a.e.ID, found.ID)
+				}
+			}
+			require.Len(t, ids, callers, "an execution each")
+			var n int
+			require.NoError(t, rt.store.DB().NewRaw("SELECT count(*) FROM "+pgx.Identifier{rt.cfg.Schema}.Sanitize()+".executions").Scan(ctx, &n))
+			require.Equal(t, callers+1, n, "the leader's and one per caller, never a second")
+		})
+	}
+}
+
+var errNoAnswer = errors.New("injected: the connection broke as the COMMIT was sent")
+
+// A Start alone whose COMMIT got no answer, though the server committed it, is made again once,
+// with its id: the caller gets the execution it made, and no second one.
+func TestStartAloneWhoseCommitGotNoAnswer(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("no-answer-alone", "v1", []graph.Node{graph.Input("x")})
+	var commits atomic.Int64
+	rt := startRuntime(t, Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t), Graphs: []*graph.Graph{g},
+		Test: TestConfig{StoreHooks: persistence.Hooks{Committed: func([]string) error {
+			if commits.Add(1) == 1 {
+				return errNoAnswer
+			}
+			return nil
+		}}}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := rt.Start(ctx, g, WithKey("alone"))
+	require.NoError(t, err)
+	require.False(t, e.Existing)
+	require.EqualValues(t, 2, commits.Load(), "made again once")
+	var n int
+	require.NoError(t, rt.store.DB().NewRaw("SELECT count(*) FROM "+pgx.Identifier{rt.cfg.Schema}.Sanitize()+".executions").Scan(ctx, &n))
+	require.Equal(t, 1, n)
 }

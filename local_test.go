@@ -13,7 +13,6 @@ import (
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/persistence"
 )
@@ -223,18 +222,16 @@ func TestFailedCommitClaimsNothing(t *testing.T) {
 	require.Equal(t, []*time.Time{nil}, at, "the one worker was free again for the next Set")
 }
 
-// A process that dies after a write's COMMIT, before its dispatcher spawned the attempt the
-// write claimed, leaves it RUNNING under its claim, as any claimed attempt of a dead process: the
-// sweeper abandons it once its heartbeat deadline passes, and the retry runs it. Here the client
-// sees the COMMIT fail after the server accepted it, so that the attempt is never spawned.
-func TestClaimLeftByAWriteThatDiedAfterItsCommitIsRecovered(t *testing.T) {
+// A write whose COMMIT gets no answer, though the server committed it, gives back the attempt it
+// claimed for its replica, fenced by the claim token it chose before the COMMIT: the attempt is
+// AVAILABLE at once, and runs, without waiting for its heartbeat deadline or spending an attempt
+// (with MaxAttempts(1), the node would fail without ever running). The caller learns that the
+// outcome is unknown.
+func TestClaimOfAWriteWhoseCommitGotNoAnswerIsReleased(t *testing.T) {
 	t.Parallel()
-	g := localGraph("local-died", graph.Heartbeat(50*time.Millisecond, 250*time.Millisecond),
-		graph.AbandonAfter(time.Minute), graph.MaxAttempts(2), graph.Backoff(fastBackoff))
+	g := localGraph("local-unknown", graph.Heartbeat(time.Second, time.Hour), graph.MaxAttempts(1))
 	var target atomic.Pointer[string]
-	stub := clock.NewStub(time.Now())
 	cfg := testConfig(t, g)
-	cfg.Test.Clock = stub
 	cfg.Test.StoreHooks = persistence.Hooks{Committed: func(handed []string) error {
 		if id := target.Load(); id != nil && slices.Contains(handed, *id) && target.CompareAndSwap(id, nil) {
 			return errInjected
@@ -251,20 +248,18 @@ func TestClaimLeftByAWriteThatDiedAfterItsCommitIsRecovered(t *testing.T) {
 	target.Store(&ex.ID)
 	_, err = rt.Set(ctx, ex.ID, "x", 1)
 	require.ErrorIs(t, err, errInjected)
+	require.ErrorIs(t, err, journey.ErrOutcomeUnknown)
 
-	got := attempts(t, rt, ex.ID, "y")
-	require.Len(t, got, 1)
-	require.Equal(t, journey.StateRunning, got[0].State, "claimed, and committed")
-	// Past the heartbeat timeout: nothing extends the deadline of an attempt that never ran.
-	stub.Advance(time.Second)
-	v, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+	// Far below the heartbeat timeout (an hour): the released attempt runs at once.
+	gctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v, err := rt.Get(gctx, ex.ID, "y", journey.WaitAny())
 	require.NoError(t, err)
 	require.Equal(t, int64(2), v.Int())
-	got = attempts(t, rt, ex.ID, "y")
-	require.Len(t, got, 2)
-	require.Equal(t, journey.StateAbandoned, got[0].State)
-	require.Equal(t, persistence.ReasonHeartbeat, got[0].Error)
-	require.Equal(t, journey.StateSuccess, got[1].State)
+	got := attempts(t, rt, ex.ID, "y")
+	require.Len(t, got, 1, "no attempt spent")
+	require.Equal(t, journey.StateSuccess, got[0].State)
+	require.Equal(t, 1, got[0].Attempt)
 }
 
 type injected struct{}

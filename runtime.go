@@ -105,7 +105,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		saved:   make(chan struct{}, 1),
 	}
 	r.looks = &group[persistence.NodeRef, persistence.NodeState]{max: groupMax, write: r.lookAll}
-	r.writes = &group[write, written]{max: groupMax, linger: writeLinger, write: r.writeAll}
+	r.writes = &group[write, written]{max: groupMax, linger: writeLinger, write: r.writeAll,
+		again: func(w write) bool { return w.start != nil }}
 	tel, err := telemetry.New(cfg.MeterProvider, cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("journey: %w", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -429,7 +430,7 @@ func (s *Store) Release(ctx context.Context, replicaID string, refs []ClaimRef) 
 	for i, r := range refs {
 		ids[i], tokens[i] = r.ID, r.Token
 	}
-	return s.release(ctx, replicaID, `FROM unnest(?::bigint[], ?::uuid[]) AS r(id, token)
+	return s.release(ctx, replicaID, nil, `FROM unnest(?::bigint[], ?::uuid[]) AS r(id, token)
 		WHERE c.id = r.id AND c.claim_token = r.token AND`, pgdialect.Array(ids), pgdialect.Array(tokens))
 }
 
@@ -439,14 +440,21 @@ func (s *Store) Release(ctx context.Context, replicaID string, refs []ClaimRef) 
 // answer came back, although the database had committed them. Without it, they waited for the
 // sweeper, which abandoned them, and their retry used up an attempt.
 func (s *Store) ReleaseReplica(ctx context.Context, replicaID string) (int, error) {
-	return s.release(ctx, replicaID, "WHERE")
+	return s.release(ctx, replicaID, nil, "WHERE")
 }
 
 // release releases the RUNNING attempts of replicaID that from, a FROM and WHERE with args ending
-// in a conjunction, chooses.
-func (s *Store) release(ctx context.Context, replicaID, from string, args ...any) (int, error) {
+// in a conjunction, chooses, once it holds the locks of the executions lock.
+func (s *Store) release(ctx context.Context, replicaID string, lock []string, from string, args ...any) (int, error) {
 	var released []int64
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if len(lock) > 0 {
+			_, err := tx.NewRaw(s.q(`SELECT 1 FROM {s}.executions WHERE id = ANY(?::text[]) ORDER BY id FOR UPDATE`),
+				pgdialect.Array(lock)).Exec(ctx)
+			if err != nil {
+				return fmt.Errorf("locking executions %s: %w", strings.Join(lock, ", "), err)
+			}
+		}
 		err := tx.NewRaw(s.q(`UPDATE {s}.computations c
 			SET state = 'AVAILABLE', replica_id = NULL, claim_token = NULL, claimed_at = NULL,
 				deadline = NULL, heartbeat_deadline = NULL, last_heartbeat_at = NULL,

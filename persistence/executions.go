@@ -40,12 +40,18 @@ func newID(prefix string, now time.Time) string {
 // CreateExecution starts an execution of g with no values, and advances it, so that nodes whose
 // gate holds from the start are created at once.
 func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution, error) {
-	execs, err := s.CreateExecutions(ctx, g, []map[string]json.RawMessage{nil}, nil)
+	execs, err := s.CreateExecutions(ctx, g, []map[string]json.RawMessage{nil}, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	return execs[0], nil
 }
+
+// NewID returns a new execution id for g. A caller that chooses the ids of its starts before it
+// writes them (CreateExecutions, Write) may write them again when a COMMIT's outcome is unknown
+// (ErrOutcomeUnknown): a start whose execution an earlier try made gets that execution, and
+// starts nothing more.
+func (s *Store) NewID(g *graph.Graph) string { return newID(g.IDPrefix(), time.Now()) }
 
 // CreateExecutions starts one execution of g for each item, in the order given, in one
 // transaction, and returns them in that order. Each execution is what CreateExecution, then
@@ -55,8 +61,10 @@ func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution
 // inputs of g (CheckInput), and its values can be stored (CheckValue). With no items,
 // it writes nothing.
 //
-// keys, nil or one per item, gives the items their keys ("" for none); every item of a Singleton
-// graph has SingletonKey. An item whose key an unarchived execution of a graph of the same name
+// ids, nil or one per item ("" for a new one), are the executions' ids (see NewID): an item whose execution an
+// earlier call with its id made returns that execution, as it is, and writes nothing. keys, nil
+// or one per item, gives the items their keys ("" for none); every item of a Singleton graph has
+// SingletonKey. An item whose key an unarchived execution of a graph of the same name
 // holds, committed before or concurrently, starts nothing: its execution is that one, with
 // Existing set, and its values are not applied; so is an item whose key an earlier item holds.
 // A key that cannot go into SQL is a *TextError, and nothing is written.
@@ -65,7 +73,7 @@ func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution
 // with another. The call sends one NOTIFY for the work it makes available, whatever the number of
 // executions, and none for the executions' values: no one can be waiting on an execution before
 // it exists.
-func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage, keys []string) ([]*Execution, error) {
+func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
 	rg, ok := s.Graph(g.Name(), g.Version())
 	if !ok {
 		return nil, fmt.Errorf("%w: %q version %q; add it to Config.Graphs", ErrUnknownGraph, g.Name(), g.Version())
@@ -79,7 +87,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 			revisions[i] = 1
 		}
 	}
-	ins, err := s.newInserts(slices.Repeat([]*graph.Graph{g}, len(items)), revisions, keys)
+	ins, err := s.newInserts(slices.Repeat([]*graph.Graph{g}, len(items)), revisions, keys, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -100,10 +108,10 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		}
 		// A new execution's state is known without loading it, and needs no lock: no one else
 		// sees it before the commit. As CreateExecution does, advance it with no values first.
-		// An execution that held its key already is left as it is.
+		// An execution that held its key already, or that an earlier try made, is left as it is.
 		states, started = nil, nil
 		for i, e := range ins.execs {
-			if e.Existing {
+			if !ins.made[i] {
 				continue
 			}
 			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{},
@@ -164,24 +172,37 @@ type inserts struct {
 	revs []int64
 	keys []string // one per start, "" for none; nil when no start has a key
 	// execs holds the execution of each start that has been found: the one it inserted, or the
-	// one that held its key; pending are the others.
+	// one that held its key, or that an earlier try of the start made; made tells which it
+	// inserted. pending are the others.
 	execs   []*Execution
+	made    []bool
 	pending []int
-	// rows and holders are what the last insertSteps read: the rows inserted, and the executions
-	// that hold the keys.
-	rows, holders []*Execution
+	// rows and holders are what the last insertSteps read: the rows inserted or found by their
+	// ids, and the executions that hold the keys.
+	rows    []*insertedExecution
+	holders []*Execution
 }
 
 // newInserts gives each execution to start, of gs[i] at revision revs[i] with key keys[i] (keys
-// nil or one per start, "" for none), a new id, and checks the keys.
-func (s *Store) newInserts(gs []*graph.Graph, revs []int64, keys []string) (*inserts, error) {
+// nil or one per start, "" for none), its id, ids[i], or a new one if ids is nil or ids[i] is "",
+// and checks the keys.
+func (s *Store) newInserts(gs []*graph.Graph, revs []int64, keys, ids []string) (*inserts, error) {
 	if keys != nil && len(keys) != len(gs) {
 		return nil, fmt.Errorf("persistence: %d keys for %d executions", len(keys), len(gs))
 	}
-	ins := &inserts{ids: make([]string, len(gs)), gs: gs, revs: revs, execs: make([]*Execution, len(gs))}
+	if ids != nil && len(ids) != len(gs) {
+		return nil, fmt.Errorf("persistence: %d ids for %d executions", len(ids), len(gs))
+	}
+	ins := &inserts{ids: make([]string, len(gs)), gs: gs, revs: revs, execs: make([]*Execution, len(gs)), made: make([]bool, len(gs))}
 	now := time.Now()
 	for i, g := range gs {
 		ins.ids[i] = newID(g.IDPrefix(), now)
+		if ids != nil && ids[i] != "" {
+			if err := CheckText("execution id", ids[i]); err != nil {
+				return nil, err
+			}
+			ins.ids[i] = ids[i]
+		}
 		ins.pending = append(ins.pending, i)
 		key := ""
 		if keys != nil {
@@ -234,24 +255,26 @@ func (s *Store) insert(ctx context.Context, t *txn, ins *inserts) error {
 }
 
 // insertSteps are the statements that insert the pending starts, and read what found needs.
-// Without keys, it is one INSERT of them all. With keys, the INSERT skips a key that an
-// unarchived execution holds, or that a concurrent transaction inserts (waiting for its commit),
-// and one row goes in for each graph name and key, in key order: two writers that insert the
-// same keys wait for each other in one order, never in a cycle. A second statement reads the
-// holders of the keys: its snapshot, taken after the INSERT, sees the executions that concurrent
-// transactions committed while the INSERT waited, which the INSERT's own does not.
+// The INSERT skips a start whose id an execution has, which an earlier try of the same start
+// made (see NewID), and returns that execution beside those it inserts, each marked as such. It
+// skips a key that an unarchived execution holds, or that a concurrent transaction inserts
+// (waiting for its commit), and one row goes in for each graph name and key, in key order: two
+// writers that insert the same keys wait for each other in one order, never in a cycle. With
+// keys, a second statement reads the holders of the keys: its snapshot, taken after the INSERT,
+// sees the executions that concurrent transactions committed while the INSERT waited, which the
+// INSERT's own does not.
 func (s *Store) insertSteps(ins *inserts) []step {
-	if ins.keys == nil {
-		return []step{s.insertExecutions(ins.ids, ins.gs, ins.revs, &ins.rows)}
-	}
 	var ids, names, versions, keys, heldKeys, heldNames []string
 	var revs []int64
 	seen := map[[2]string]bool{}
-	pending := slices.SortedStableFunc(slices.Values(ins.pending), func(a, b int) int {
-		return strings.Compare(ins.keys[a], ins.keys[b])
-	})
+	pending := ins.pending
+	if ins.keys != nil {
+		pending = slices.SortedStableFunc(slices.Values(ins.pending), func(a, b int) int {
+			return strings.Compare(ins.keys[a], ins.keys[b])
+		})
+	}
 	for _, i := range pending {
-		g, key := ins.gs[i], ins.keys[i]
+		g, key := ins.gs[i], ins.key(i)
 		if key != "" {
 			if seen[[2]string{g.Name(), key}] {
 				continue
@@ -262,28 +285,42 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		ids, names, versions = append(ids, ins.ids[i]), append(names, g.Name()), append(versions, g.Version())
 		keys, revs = append(keys, key), append(revs, ins.revs[i])
 	}
-	return []step{
-		{s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, key, created_at, updated_at)
-			SELECT e.id, e.graph_name, e.graph_version, e.revision, nullif(e.key, ''), t.now, t.now
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[])
-					WITH ORDINALITY AS e(id, graph_name, graph_version, revision, key, ord),
-				(SELECT coalesce($6::timestamptz, now()) AS now) t
-			ORDER BY e.ord
-			ON CONFLICT (key, graph_name) WHERE key IS NOT NULL AND archived_at IS NULL DO NOTHING
-			RETURNING ` + cols("", executionColumns)), []any{ids, names, versions, revs, keys, s.clock.NowOrNil()}, collect(&ins.rows)},
-		// One probe of the key's index per key (OFFSET 0 keeps the lateral join): the generic plan of
-		// a join read every keyed execution, 0.48 ms a call after 10,000 of them.
-		{s.q(`SELECT ` + cols("e", executionColumns) + ` FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
-			LATERAL (SELECT ` + cols("e", executionColumns) + ` FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
-				AND e.key IS NOT NULL AND e.archived_at IS NULL OFFSET 0) e`), []any{heldKeys, heldNames}, collect(&ins.holders)},
+	steps := []step{{s.q(`WITH e AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[])
+				WITH ORDINALITY AS e(id, graph_name, graph_version, revision, key, ord)),
+			made AS (INSERT INTO {s}.executions (id, graph_name, graph_version, revision, key, created_at, updated_at)
+				SELECT e.id, e.graph_name, e.graph_version, e.revision, nullif(e.key, ''), t.now, t.now
+				FROM e, (SELECT coalesce($6::timestamptz, now()) AS now) t
+				ORDER BY e.ord
+				ON CONFLICT DO NOTHING
+				RETURNING ` + cols("", executionColumns) + `)
+		SELECT ` + cols("", executionColumns) + `, true AS made FROM made
+		UNION ALL
+		SELECT ` + cols("x", executionColumns) + `, false FROM {s}.executions x
+		WHERE x.id = ANY($1::text[]) AND x.id NOT IN (SELECT id FROM made)`),
+		[]any{ids, names, versions, revs, keys, s.clock.NowOrNil()}, collect(&ins.rows)}}
+	if ins.keys == nil {
+		return steps
 	}
+	// One probe of the key's index per key (OFFSET 0 keeps the lateral join): the generic plan of
+	// a join read every keyed execution, 0.48 ms a call after 10,000 of them.
+	return append(steps, step{s.q(`SELECT ` + cols("e", executionColumns) + ` FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
+		LATERAL (SELECT ` + cols("e", executionColumns) + ` FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
+			AND e.key IS NOT NULL AND e.archived_at IS NULL OFFSET 0) e`), []any{heldKeys, heldNames}, collect(&ins.holders)})
 }
 
-// found takes what insertSteps read: the execution of each pending start, inserted or holding
-// its key (then with Existing set, as it is for a start whose key an earlier start inserted). It
-// reports whether starts are still pending, whose keys no execution held when read.
+// insertedExecution is a row that insertSteps' INSERT returns: an execution, and whether the
+// INSERT made it, or an earlier try of its start did.
+type insertedExecution struct {
+	Execution
+	Made bool `db:"made"`
+}
+
+// found takes what insertSteps read: the execution of each pending start, the one it inserted,
+// or the one an earlier try of the start made, or the one that holds its key (then with Existing
+// set, as it is for a start whose key an earlier start inserted). It reports whether starts are
+// still pending, whose keys no execution held when read.
 func (ins *inserts) found() bool {
-	byID := make(map[string]*Execution, len(ins.rows))
+	byID := make(map[string]*insertedExecution, len(ins.rows))
 	for _, e := range ins.rows {
 		byID[e.ID] = e
 	}
@@ -293,34 +330,22 @@ func (ins *inserts) found() bool {
 	}
 	var pending []int
 	for _, i := range ins.pending {
-		e := byID[ins.ids[i]]
-		if key := ins.key(i); key != "" {
-			h := held[[2]string{ins.gs[i].Name(), key}]
-			if h == nil {
-				pending = append(pending, i)
-				continue
-			}
-			e = new(*h)
-			e.Existing = h.ID != ins.ids[i]
+		if e := byID[ins.ids[i]]; e != nil {
+			ins.execs[i], ins.made[i] = &e.Execution, e.Made
+			continue
 		}
-		ins.execs[i] = e
+		// Its key was held: by an execution that another start of the call, or another
+		// transaction, made.
+		h := held[[2]string{ins.gs[i].Name(), ins.key(i)}]
+		if h == nil {
+			pending = append(pending, i)
+			continue
+		}
+		ins.execs[i] = new(*h)
+		ins.execs[i].Existing = true
 	}
 	ins.pending, ins.rows, ins.holders = pending, nil, nil
 	return len(pending) > 0
-}
-
-// insertExecutions is the statement that inserts the executions ids, of the graphs gs, at the
-// revisions revs, and returns them into rows.
-func (s *Store) insertExecutions(ids []string, gs []*graph.Graph, revs []int64, rows *[]*Execution) step {
-	names, versions := make([]string, len(gs)), make([]string, len(gs))
-	for i, g := range gs {
-		names[i], versions[i] = g.Name(), g.Version()
-	}
-	return step{s.q(`INSERT INTO {s}.executions (id, graph_name, graph_version, revision, created_at, updated_at)
-		SELECT e.id, e.graph_name, e.graph_version, e.revision, t.now, t.now
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS e(id, graph_name, graph_version, revision),
-			(SELECT coalesce($5::timestamptz, now()) AS now) t
-		RETURNING ` + cols("", executionColumns)), []any{ids, names, versions, revs, s.clock.NowOrNil()}, collect(rows)}
 }
 
 // StartsIdle reports whether a new execution of g with no values starts idle: advancing it does
@@ -328,20 +353,20 @@ func (s *Store) insertExecutions(ids []string, gs []*graph.Graph, revs []int64, 
 func (s *Store) StartsIdle(g *graph.Graph) bool { return s.idle[GraphKey(g.Name(), g.Version())] }
 
 // Write makes, in one transaction, the Starts of starts, each an execution of its graph with no
-// values, which starts idle (StartsIdle), with its key keys[i] (keys nil or one per start, "" for
-// none; as CreateExecutions takes them), and the writes of settings, as SetValuesOf does. It
+// values, which starts idle (StartsIdle), with its key keys[i] and its id ids[i] (each nil or one
+// per start, as CreateExecutions takes them), and the writes of settings, as SetValuesOf does. It
 // returns the executions in the order of starts, and the revisions in that of settings. An error
 // fails them all, and nothing is written.
 //
 // The keyed INSERT and the read of the holders go with the COMMIT, as the INSERT of unkeyed
 // Starts does. A key whose holder was archived between the two starts again, alone, after it.
-func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys []string, settings []Setting) ([]*Execution, []int64, error) {
+func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys, ids []string, settings []Setting) ([]*Execution, []int64, error) {
 	for _, g := range starts {
 		if !s.StartsIdle(g) {
 			return nil, nil, fmt.Errorf("persistence: Write was given a Start of %q version %q, which does not start idle", g.Name(), g.Version())
 		}
 	}
-	ins, err := s.newInserts(starts, make([]int64, len(starts)), keys)
+	ins, err := s.newInserts(starts, make([]int64, len(starts)), keys, ids)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -363,7 +388,7 @@ func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys []string,
 	}
 	if ins.found() {
 		for _, i := range ins.pending {
-			execs, err := s.CreateExecutions(ctx, starts[i], []map[string]json.RawMessage{nil}, []string{ins.keys[i]})
+			execs, err := s.CreateExecutions(ctx, starts[i], []map[string]json.RawMessage{nil}, []string{ins.keys[i]}, []string{ins.ids[i]})
 			if err != nil {
 				return nil, nil, err
 			}

@@ -1,12 +1,16 @@
 package persistence
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -66,7 +70,9 @@ func (s *Store) claimLocally(t *txn, st *execState) {
 	t.claiming = append(t.claiming, st)
 }
 
-// claimLocallyQuery inserts attempts claimed by this replica ($1) at their creation. The claim's
+// claimLocallyQuery inserts attempts claimed by this replica ($1), with their claim tokens ($14),
+// at their creation. The tokens are chosen here, before the COMMIT: if it gets no answer, the
+// replica knows which claims to release (releaseUnknown). The claim's
 // time, and the deadlines that follow from it as Claim sets them, are the statement's ($13, or
 // statement_timestamp()): it goes with the COMMIT, once the write holds its executions' locks. The
 // transaction's now() is when it began, before it waited for them: a write that waited longer
@@ -77,13 +83,13 @@ var claimLocallyQuery = `INSERT INTO {s}.computations
 		 heartbeat_timeout_ms, computed_with, created_at, traceparent, replica_id, claim_token, claimed_at,
 		 deadline, heartbeat_deadline, last_heartbeat_at)
 	SELECT execution_id, graph_key, node, 'RUNNING', attempt, max_attempts, run_at, abandon_after_ms,
-		heartbeat_timeout_ms, computed_with::jsonb, created_at, traceparent, $1, gen_random_uuid(), t.at,
+		heartbeat_timeout_ms, computed_with::jsonb, created_at, traceparent, $1, token, t.at,
 		t.at + abandon_after_ms * interval '1 millisecond',
 		t.at + heartbeat_timeout_ms * interval '1 millisecond', t.at
 	FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::timestamptz[], $8::bigint[],
-		$9::bigint[], $10::text[], $11::timestamptz[], $12::text[]) WITH ORDINALITY AS c(execution_id, graph_key,
-		node, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, created_at,
-		traceparent, ord),
+		$9::bigint[], $10::text[], $11::timestamptz[], $12::text[], $14::uuid[]) WITH ORDINALITY AS c(execution_id,
+		graph_key, node, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with,
+		created_at, traceparent, token, ord),
 		(SELECT coalesce($13::timestamptz, statement_timestamp()) AS at) t
 	ORDER BY ord
 	RETURNING ` + cols("", computationColumns)
@@ -103,7 +109,10 @@ func (s *Store) claimStep(t *txn) (step, bool) {
 	var runAts, createdAts []time.Time
 	var abandons, beats []int64
 	var traceparents []*string
-	for _, c := range cs {
+	tokens := make([]string, len(cs))
+	for i, c := range cs {
+		tokens[i] = newToken()
+		c.ClaimToken = &tokens[i]
 		ids, keys, nodes, sigs = append(ids, c.ExecutionID), append(keys, c.GraphKey), append(nodes, c.Node), append(sigs, c.ComputedWith)
 		attempts, maxAttempts = append(attempts, c.Attempt), append(maxAttempts, c.MaxAttempts)
 		runAts, createdAts = append(runAts, c.RunAt), append(createdAts, c.CreatedAt)
@@ -113,7 +122,7 @@ func (s *Store) claimStep(t *txn) (step, bool) {
 	read := collect(&rows)
 	return step{s.q(claimLocallyQuery),
 		[]any{s.local.ReplicaID(), ids, keys, nodes, attempts, maxAttempts, runAts, abandons, beats, sigs, createdAts, traceparents,
-			s.clock.NowOrNil()},
+			s.clock.NowOrNil(), tokens},
 		func(br pgx.BatchResults) error {
 			if err := read(br); err != nil {
 				return fmt.Errorf("claiming the attempts made ready: %w", err)
@@ -131,6 +140,57 @@ func (s *Store) claimStep(t *txn) (step, bool) {
 			}
 			return nil
 		}}, true
+}
+
+// newToken returns a random claim token, a version 4 UUID.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// releaseUnknown gives back to AVAILABLE the attempts claimed locally in t, whose COMMIT got no
+// answer: committed or not, nothing here runs them, and a claim left RUNNING would wait for its
+// heartbeat deadline and spend an attempt (with MaxAttempts(1), fail a node that never ran). The
+// release is fenced by the claims' tokens, which t chose, and first locks t's executions: if the
+// server still runs t's COMMIT, it waits for its end, so that what it releases is what committed.
+// It tries a few times; if the database stays out of reach, the claims wait for the sweeper.
+func (s *Store) releaseUnknown(ctx context.Context, t *txn) {
+	var ids, tokens []string
+	for _, st := range t.claiming {
+		for _, c := range st.claimed {
+			if c.ClaimToken != nil {
+				ids, tokens = append(ids, st.exec.ID), append(tokens, *c.ClaimToken)
+			}
+		}
+	}
+	if len(tokens) == 0 {
+		return
+	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var n int
+		n, err = s.release(rctx, s.local.ReplicaID(), ids, `FROM unnest(?::uuid[]) AS r(token)
+			WHERE c.claim_token = r.token AND`, pgdialect.Array(tokens))
+		cancel()
+		if err == nil {
+			if n > 0 {
+				s.logger.Warn("released the attempts that a write claimed, whose COMMIT got no answer but went through",
+					"count", n)
+			}
+			return
+		}
+	}
+	s.logger.Error("releasing the attempts claimed by a write whose COMMIT got no answer failed; "+
+		"if it went through, they wait for their heartbeat deadline", "attempts", len(tokens), "error", err)
 }
 
 // handOver gives the attempts claimed locally in t, with their execution's values as committed,

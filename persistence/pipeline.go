@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -83,7 +84,16 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 	s.handOver(t, err == nil)
 	if err != nil {
 		t.rollback(ctx)
-		return fmt.Errorf("committing: %w", err)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			// PostgreSQL answered: a statement of the batch, or the COMMIT itself (a deferred
+			// constraint), failed, and the transaction rolled back.
+			return fmt.Errorf("committing: %w", err)
+		}
+		// No answer: the server may have committed. The attempts claimed in t may be RUNNING
+		// under tokens that nothing here runs; they are given back, fenced by those tokens.
+		s.releaseUnknown(ctx, t)
+		return fmt.Errorf("%w: committing: %w", ErrOutcomeUnknown, err)
 	}
 	s.notes.send(t.notes)
 	return nil

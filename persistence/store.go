@@ -40,6 +40,9 @@ var (
 	// ErrClaimLost means a fenced write matched no row: the computation was abandoned, released or
 	// claimed elsewhere, and its result must be dropped.
 	ErrClaimLost = errors.New("journey: claim lost")
+	// ErrOutcomeUnknown means a write's COMMIT got no answer (the connection broke, or the context
+	// ended, as it was sent): the server may or may not have committed it.
+	ErrOutcomeUnknown = errors.New("journey: the outcome of the write is unknown (its COMMIT got no answer)")
 )
 
 // Computation states.
