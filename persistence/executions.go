@@ -197,7 +197,7 @@ func (s *Store) newInserts(gs []*graph.Graph, revs []int64, keys, ids []string) 
 	now := time.Now()
 	for i, g := range gs {
 		ins.ids[i] = newID(g.IDPrefix(), now)
-		if ids != nil && ids[i] != "" {
+		if len(ids) > i && ids[i] != "" {
 			if err := CheckText("execution id", ids[i]); err != nil {
 				return nil, err
 			}
