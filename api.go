@@ -564,8 +564,9 @@ func (r *Runtime) getOnce(ctx context.Context, id, node string, rev int64) (grap
 		return ns.Value, ns.Revision, nil
 	}
 	if ns.Failed() {
-		return graph.Value{}, ns.Revision, fmt.Errorf("%w: node %q of %s after %d attempt(s): %s",
-			ErrComputationFailed, node, id, ns.Latest.Attempt, deref(ns.Latest.Error))
+		c := ns.Latest
+		return graph.Value{}, ns.Revision, fmt.Errorf("%w: node %q of %s %s: %s", ErrComputationFailed, node, id,
+			persistence.Failure(c.State, c.Attempt, c.MaxAttempts, deref(c.Error)), deref(c.Error))
 	}
 	return graph.Value{}, ns.Revision, fmt.Errorf("%w: node %q of %s", ErrNotSet, node, id)
 }
@@ -678,7 +679,8 @@ func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
 		case unmet != "":
 			fmt.Fprintf(&b, "  %s: %s\n", n.Name(), unmet)
 		case ran && (c.State == StateFailed || c.State == StateAbandoned):
-			fmt.Fprintf(&b, "  %s: failed after %d attempt(s); Retry gives it a fresh budget\n", n.Name(), c.Attempt)
+			fmt.Fprintf(&b, "  %s: %s; Retry gives it a fresh budget\n", n.Name(),
+				persistence.Failure(string(c.State), c.Attempt, c.MaxAttempts, c.Error))
 		case ran:
 			fmt.Fprintf(&b, "  %s: gate holds; attempt %d is %s\n", n.Name(), c.Attempt, c.State)
 		default:

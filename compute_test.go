@@ -177,6 +177,49 @@ func TestRetries(t *testing.T) {
 	require.Contains(t, summary, "always attempt 2/2: FAILED (boom 4)")
 }
 
+// A node that fails for good says how: a graph.Permanent error at attempt 2 of 4 is not a budget
+// used up. Get's error, OnSave and Summarize say so alike.
+func TestFailureSaysHow(t *testing.T) {
+	t.Parallel()
+	var charges atomic.Int64
+	saved := make(chan graph.SaveEvent, 1)
+	g := graph.MustNew("failures", "v1", []graph.Node{
+		graph.Input("go"),
+		graph.Compute("charge", graph.Needs("go"), func(ctx context.Context, in graph.Values) (any, error) {
+			if charges.Add(1) == 1 {
+				return nil, errors.New("gateway timeout")
+			}
+			return nil, graph.Permanent(errors.New("card declined"))
+		}, graph.MaxAttempts(4), graph.Backoff(fastBackoff),
+			graph.OnSave(func(ctx context.Context, e graph.SaveEvent) { saved <- e })),
+		graph.Compute("always", graph.Needs("go"), func(ctx context.Context, in graph.Values) (any, error) {
+			return nil, errors.New("boom")
+		}, graph.MaxAttempts(2), graph.Backoff(fastBackoff)),
+	})
+	rt := newRuntime(t, testConfig(t, g))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"go": true}))
+	require.NoError(t, err)
+
+	_, err = rt.Get(ctx, ex.ID, "charge", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
+	require.EqualError(t, err, `journey: computation failed: node "charge" of `+ex.ID+
+		` failed permanently at attempt 2 of 4: card declined`)
+	select {
+	case e := <-saved:
+		require.EqualError(t, e.Err, `node "charge" failed permanently at attempt 2 of 4: card declined`)
+	case <-ctx.Done():
+		t.Fatal("OnSave did not fire")
+	}
+	_, err = rt.Get(ctx, ex.ID, "always", journey.WaitAny())
+	require.EqualError(t, err, `journey: computation failed: node "always" of `+ex.ID+` used up its 2 attempts: boom`)
+
+	summary, err := rt.Summarize(ctx, ex.ID)
+	require.NoError(t, err)
+	require.Contains(t, summary, "\n  charge: failed permanently at attempt 2 of 4; Retry gives it a fresh budget\n")
+	require.Contains(t, summary, "\n  always: used up its 2 attempts; Retry gives it a fresh budget\n")
+}
+
 func TestSummarizeSaysWhatEachNodeWaitsFor(t *testing.T) {
 	t.Parallel()
 	g := onboardingGraph(t)

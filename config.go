@@ -129,8 +129,8 @@ type Config struct {
 	ReplicaStaleAfter time.Duration
 	// Logger receives the runtime's logs. Default slog.Default().
 	Logger *slog.Logger
-	// OnExecutionFailed is called once, across all replicas, when a node of an execution has used
-	// up its attempts; again only after Retry. An error retries the delivery with backoff.
+	// OnExecutionFailed is called once, across all replicas, when a node of an execution has
+	// failed for good (see ErrComputationFailed); again only after Retry. An error retries the delivery with backoff.
 	// Delivery is at least once: use the event's IdempotencyKey to drop repeats. Default nil.
 	OnExecutionFailed func(ctx context.Context, e ExecutionEvent) error
 	// OnExecutionCompleted is called once when the graph's CompletesWhen gate holds and nothing

@@ -13,8 +13,9 @@ var (
 	ErrNotFound = persistence.ErrNotFound
 	// ErrNotSet means the node has no value (yet).
 	ErrNotSet = graph.ErrNotSet
-	// ErrComputationFailed means the node used up its attempts and nothing is pending.
-	// Retry gives it a fresh budget.
+	// ErrComputationFailed means the node failed for good and nothing is pending: it used up its
+	// attempts, or failed at once (a graph.Permanent error, or a panic of its gate, ConcurrencyKey
+	// or Backoff). The error says which. Retry gives it a fresh budget.
 	ErrComputationFailed = errors.New("journey: computation failed")
 	// ErrUnknownNode means the execution's graph has no node of that name.
 	ErrUnknownNode = persistence.ErrUnknownNode

@@ -38,7 +38,7 @@ func (r *Runtime) Unarchive(ctx context.Context, id string) error {
 	return r.store.SetArchived(ctx, id, false)
 }
 
-// Retry gives a node that used up its attempts (ErrComputationFailed) a fresh attempt budget.
+// Retry gives a node that failed for good (ErrComputationFailed) a fresh attempt budget.
 // It also re-arms the failure notification.
 func (r *Runtime) Retry(ctx context.Context, id, node string) error {
 	if err := r.check(); err != nil {

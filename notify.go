@@ -27,7 +27,8 @@ type EventType string
 
 // Lifecycle events.
 const (
-	// EventExecutionFailed: a node of the execution used up its attempts (abandonment included).
+	// EventExecutionFailed: a node of the execution failed for good (see ErrComputationFailed;
+	// abandonment included).
 	// It fires once per failure phase; Retry starts a new phase.
 	EventExecutionFailed EventType = persistence.EventFailed
 	// EventExecutionCompleted: the graph's CompletesWhen gate holds and nothing is pending or
@@ -52,7 +53,7 @@ type ExecutionEvent struct {
 	ExecutionID string    `json:"execution_id"`
 	Graph       string    `json:"graph"`
 	Version     string    `json:"version"`
-	// FailedNodes are the nodes that had used up their attempts when the event was claimed, for
+	// FailedNodes are the nodes that had failed for good when the event was claimed, for
 	// EventExecutionFailed. A Retry before the delivery does not change them.
 	FailedNodes []FailedNode `json:"failed_nodes,omitempty"`
 	// IdempotencyKey is the same at every delivery of the event: receivers drop repeats by it.
@@ -61,7 +62,7 @@ type ExecutionEvent struct {
 	OccurredAt time.Time `json:"occurred_at"`
 }
 
-// FailedNode is a node that used up its attempts, with its last error.
+// FailedNode is a node that failed for good, with the number of its last attempt and its error.
 type FailedNode struct {
 	Node     string `json:"node"`
 	Attempts int    `json:"attempts"`

@@ -14,8 +14,8 @@ import (
 )
 
 // WaitValue waits until node has a value in execution id, and returns it. The wait is woken by
-// the database's notifications. It fails the test if the node fails (it used up its attempts), or
-// if no value comes within the timeout (DefaultTimeout).
+// the database's notifications. It fails the test if the node fails for good, or if no value
+// comes within the timeout (DefaultTimeout).
 func (r *Runtime) WaitValue(id, node string) graph.Value {
 	r.t.Helper()
 	ctx, cancel, patience := r.waitContext()
@@ -58,11 +58,10 @@ func (r *Runtime) RequireValue(id, node string, want any) {
 }
 
 // RequireFailed waits until execution id is idle (see WaitIdle), then requires that node has
-// failed (it used up its attempts: Get returns journey.ErrComputationFailed) with an error that
-// matches
-// target. A function's error is stored as text, so target matches if errors.Is says so, or if the
-// stored error contains target's text: pass the sentinel the function returned, or errors.New
-// with part of the message. A nil target matches any failure.
+// failed for good (Get returns journey.ErrComputationFailed) with an error that matches target.
+// A function's error is stored as text, so target matches if errors.Is says so, or if the stored
+// error contains target's text: pass the sentinel the function returned, or errors.New with part
+// of the message. A nil target matches any failure.
 func (r *Runtime) RequireFailed(id, node string, target error) {
 	r.t.Helper()
 	r.WaitIdle(id)

@@ -243,8 +243,8 @@ type executionPage struct {
 	*persistence.ExecutionDetail
 	Picture  *picture
 	Timeline []timelineRow
-	// Failed are the nodes whose attempts are used up: each gets a Retry button.
-	Failed []string
+	// Failed are the nodes that failed for good, with how: each gets a Retry button.
+	Failed []failedNode
 	// Flash says what became of the request that brought the operator here, if any.
 	Flash string
 }
@@ -257,13 +257,15 @@ func (u *ui) execution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := executionPage{ExecutionDetail: d, Timeline: timeline(d.Attempts, time.Now())}
-	states := nodeStates(d)
+	latest := latestAttempts(d)
+	states := nodeStates(d, latest)
 	if d.Graph != nil {
 		pic := draw(d.Graph, states)
 		p.Picture = &pic
 		for _, n := range d.Graph.Nodes {
-			if states[n.Name] == nodeFailed {
-				p.Failed = append(p.Failed, n.Name)
+			if a := latest[n.Name]; states[n.Name] == nodeFailed {
+				p.Failed = append(p.Failed, failedNode{Node: n.Name, Error: derefOr(a.Error, ""),
+					How: persistence.Failure(a.State, a.Attempt, a.MaxAttempts, derefOr(a.Error, ""))})
 			}
 		}
 	}
@@ -274,6 +276,9 @@ func (u *ui) execution(w http.ResponseWriter, r *http.Request) {
 	}
 	u.render(w, r, "execution", "Execution "+id, http.StatusOK, p)
 }
+
+// failedNode is a node that failed for good: How says how (persistence.Failure), with Error.
+type failedNode struct{ Node, How, Error string }
 
 // describe says what became of a request.
 func describe(req persistence.Request) string {

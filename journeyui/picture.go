@@ -17,16 +17,12 @@ const (
 )
 
 // nodeStates gives each node of an execution its state in the picture, from its value and its
-// newest attempt: failed if that attempt used up its budget, running if it runs, set if the node
-// has a value, and waiting otherwise (for its inputs, its gate, or its turn to run).
-func nodeStates(d *persistence.ExecutionDetail) map[string]string {
+// newest attempt (latest): failed if that attempt failed for good, running if it runs, set if the
+// node has a value, and waiting otherwise (for its inputs, its gate, or its turn to run).
+func nodeStates(d *persistence.ExecutionDetail, latest map[string]persistence.Attempt) map[string]string {
 	out := map[string]string{}
 	for _, v := range d.Values {
 		out[v.Node] = nodeSet
-	}
-	latest := map[string]persistence.Attempt{}
-	for _, a := range d.Attempts {
-		latest[a.Node] = a // ordered by id: the newest last
 	}
 	for node, a := range latest {
 		switch a.State {
@@ -37,6 +33,15 @@ func nodeStates(d *persistence.ExecutionDetail) map[string]string {
 		}
 	}
 	return out
+}
+
+// latestAttempts gives each node that has run its newest attempt.
+func latestAttempts(d *persistence.ExecutionDetail) map[string]persistence.Attempt {
+	latest := map[string]persistence.Attempt{}
+	for _, a := range d.Attempts {
+		latest[a.Node] = a // ordered by id: the newest last
+	}
+	return latest
 }
 
 // Sizes of the picture, in SVG units.

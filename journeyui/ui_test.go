@@ -400,6 +400,53 @@ func TestBadInputIsShownAndChangesNothing(t *testing.T) {
 	}
 }
 
+// The execution's page says how each failed node failed: a graph.Permanent error at attempt 2 of
+// 4 is not a budget used up.
+func TestExecutionPageSaysHowANodeFailed(t *testing.T) {
+	t.Parallel()
+	var charges atomic.Int64
+	g := graph.MustNew("pay", "v1", []graph.Node{
+		graph.Input("order"),
+		graph.Compute("charge", graph.Needs("order"), func(ctx context.Context, in graph.Values) (any, error) {
+			if charges.Add(1) == 1 {
+				return nil, errors.New("gateway timeout")
+			}
+			return nil, graph.Permanent(errors.New("card declined"))
+		}, graph.MaxAttempts(4), graph.Backoff(func(int) time.Duration { return 0 })),
+		graph.Compute("always", graph.Needs("order"), func(ctx context.Context, in graph.Values) (any, error) {
+			return nil, errors.New("boom")
+		}, graph.MaxAttempts(2), graph.Backoff(func(int) time.Duration { return 0 })),
+	})
+	opts := migrated(t)
+	rt, err := journey.New(t.Context(), journey.Config{DatabaseURL: pgtest.URL(t), Schema: opts.Schema, Graphs: []*graph.Graph{g},
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Stop(ctx))
+	})
+	ex, err := rt.Start(t.Context(), g, journey.WithValues(map[string]any{"order": "bad"}))
+	require.NoError(t, err)
+	for _, node := range []string{"charge", "always"} {
+		_, err = rt.Get(t.Context(), ex.ID, node, journey.WaitAny())
+		require.ErrorIs(t, err, journey.ErrComputationFailed)
+	}
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, serve(t, opts).URL+"/executions/"+ex.ID, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), `<li data-node="charge"><code>charge</code> failed permanently at attempt 2 of 4: `+
+		`<span class="error-text">card declined</span>`)
+	require.Contains(t, string(body), `<li data-node="always"><code>always</code> used up its 2 attempts: `+
+		`<span class="error-text">boom</span>`)
+}
+
 // The insights page shows the API's numbers: the funnel's, and every point of its charts.
 func TestInsightsPageInBrowser(t *testing.T) {
 	t.Parallel()

@@ -406,7 +406,7 @@ func (s *Store) nodeFailed(ctx context.Context, tx *txn, st *execState, c *Compu
 	if n.Settings().OnSave != nil || st.g.OnSave() != nil {
 		st.saved = append(st.saved, graph.SaveEvent{
 			ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: c.Node,
-			Err: fmt.Errorf("node %q failed after %d attempt(s): %w", c.Node, c.Attempt, cause),
+			Err: fmt.Errorf("node %q %s: %w", c.Node, Failure(c.State, c.Attempt, c.MaxAttempts, deref(c.Error)), cause),
 		})
 	}
 	return nil

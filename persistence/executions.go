@@ -622,13 +622,13 @@ func (s *Store) Values(ctx context.Context, id string) (graph.Values, error) {
 // NodeState is what Get needs to know about one node.
 type NodeState struct {
 	Value graph.Value // zero when unset
-	// Latest is the newest attempt, nil if none: its ID, State, Attempt and Error only.
+	// Latest is the newest attempt, nil if none: its ID, State, Attempt, MaxAttempts and Error only.
 	Latest *Computation
 	// Revision is the execution's revision when it was read, before the value and the attempt.
 	Revision int64
 }
 
-// Failed reports whether the node has used up its attempts with nothing pending.
+// Failed reports whether the node has failed for good (see Failure), with nothing pending.
 func (ns NodeState) Failed() bool { return ns.Latest != nil && ns.Latest.failedForGood() }
 
 // NodeState reads a node's value and its newest attempt, in one prepared statement: a Get that
@@ -659,11 +659,11 @@ func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []
 	}
 	err := withPgx(ctx, s.db, func(pg *pgx.Conn) error {
 		rows, err := pg.Query(ctx, s.q(`SELECT l.ord, e.graph_name, e.graph_version, e.revision,
-				v.value, v.metadata, v.revision, v.set_at, c.id, c.state, c.attempt, c.error
+				v.value, v.metadata, v.revision, v.set_at, c.id, c.state, c.attempt, c.max_attempts, c.error
 			FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(id, node, ord)
 			JOIN {s}.executions e ON e.id = l.id
 			LEFT JOIN {s}."values" v ON v.execution_id = e.id AND v.node = l.node
-			LEFT JOIN LATERAL (SELECT id, state, attempt, error FROM {s}.computations
+			LEFT JOIN LATERAL (SELECT id, state, attempt, max_attempts, error FROM {s}.computations
 				WHERE execution_id = e.id AND node = l.node ORDER BY id DESC LIMIT 1) c ON true`), ids, nodes)
 		if err != nil {
 			return err
@@ -679,10 +679,10 @@ func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []
 				setAt         *time.Time
 				attemptID     *int64
 				state, errMsg *string
-				attempt       *int
+				attempt, most *int
 			)
 			if err := rows.Scan(&ord, &name, &version, &ns.Revision,
-				&raw, &meta, &valueRev, &setAt, &attemptID, &state, &attempt, &errMsg); err != nil {
+				&raw, &meta, &valueRev, &setAt, &attemptID, &state, &attempt, &most, &errMsg); err != nil {
 				return err
 			}
 			i := ord - 1
@@ -691,7 +691,7 @@ func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []
 				ns.Value = graph.Value{Raw: raw, Revision: *valueRev, SetAt: *setAt, Metadata: meta}
 			}
 			if attemptID != nil {
-				ns.Latest = &Computation{ID: *attemptID, State: *state, Attempt: *attempt, Error: errMsg}
+				ns.Latest = &Computation{ID: *attemptID, State: *state, Attempt: *attempt, MaxAttempts: *most, Error: errMsg}
 			}
 			states[i] = ns
 			if g, ok := s.Graph(name, version); !ok {

@@ -13,7 +13,7 @@ import (
 const (
 	// ExecArchived: the execution is archived.
 	ExecArchived = "archived"
-	// ExecFailed: a node has used up its attempts, and no Retry has followed.
+	// ExecFailed: a node has failed for good (see Failure), and no Retry has followed.
 	ExecFailed = "failed"
 	// ExecRunning: a computation is running.
 	ExecRunning = "running"
@@ -464,8 +464,8 @@ func waitingFor(g *GraphVersion, values []Value, attempts []Attempt, id string) 
 		a, ran := latest[n.Name]
 		switch {
 		case ran && (a.State == StateFailed || a.State == StateAbandoned):
-			w.Reason = fmt.Sprintf("failed after %d attempt(s): %s; `journey retry %s %s` gives it a fresh budget",
-				a.Attempt, deref(a.Error), id, n.Name)
+			w.Reason = fmt.Sprintf("%s: %s; `journey retry %s %s` gives it a fresh budget",
+				Failure(a.State, a.Attempt, a.MaxAttempts, deref(a.Error)), deref(a.Error), id, n.Name)
 		case ran && (a.State == StatePending || a.State == StateAvailable || a.State == StateRunning):
 			w.Reason = fmt.Sprintf("gate holds; attempt %d is %s", a.Attempt, a.State)
 		case len(unset) > 0:

@@ -41,7 +41,7 @@ type Route struct {
 // String is the route as replica_heartbeats.targets lists it: the event, a space, the target.
 func (r Route) String() string { return r.Event + " " + r.Target }
 
-// FailedNode is a node that had used up its attempts when a failure was claimed.
+// FailedNode is a node that had failed for good when a failure was claimed.
 type FailedNode struct {
 	Node     string `json:"node"`
 	Attempts int    `json:"attempts"`
@@ -127,7 +127,7 @@ type Notice struct {
 	ClaimedAt      time.Time `bun:"claimed_at"`
 	GraphName      string    `bun:"graph_name"`
 	GraphVersion   string    `bun:"graph_version"`
-	// FailedNodes are the nodes that had used up their attempts when the failure was claimed.
+	// FailedNodes are the nodes that had failed for good when the failure was claimed.
 	FailedNodes []FailedNode `bun:"failed_nodes"`
 }
 

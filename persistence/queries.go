@@ -38,7 +38,7 @@ func (s *Store) archive(ctx context.Context, tx *txn, st *execState, archived bo
 	return s.advance(ctx, tx, st) // what changed while it was archived
 }
 
-// Retry gives a node that used up its attempts a fresh budget: a new first attempt.
+// Retry gives a node that failed for good a fresh budget: a new first attempt.
 func (s *Store) Retry(ctx context.Context, id, node string) error {
 	if err := CheckText("node", node); err != nil {
 		return err
@@ -57,7 +57,7 @@ func (s *Store) retry(ctx context.Context, tx *txn, st *execState, node string) 
 	}
 	latest := st.latest[node]
 	if latest == nil || !latest.failedForGood() {
-		return fmt.Errorf("%w: node %q of %s; only a node whose attempts are used up can be retried", ErrNotFailed, node, id)
+		return fmt.Errorf("%w: node %q of %s; only a node that failed for good can be retried", ErrNotFailed, node, id)
 	}
 	c, err := s.insertComputation(ctx, tx, st, n, 1, signature(Signature(n, st.dueView())), 0)
 	if err != nil {

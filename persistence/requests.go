@@ -40,8 +40,8 @@ var ErrBadRequest = errors.New("journey: request refused")
 
 // Ask records a request for action on execution id (node is for a retry only) and announces it,
 // without the graph's Go code: it checks what the database can tell, that the execution exists,
-// that its graph version is recorded, and, for a retry, that the node exists and has used up its
-// attempts. A replica that serves the graph carries it out (see CarryOut).
+// that its graph version is recorded, and, for a retry, that the node exists and has failed for
+// good. A replica that serves the graph carries it out (see CarryOut).
 func (s *Store) Ask(ctx context.Context, id, action, node string) (*Request, error) {
 	if err := CheckText("node", node); err != nil {
 		return nil, err
@@ -96,10 +96,10 @@ func (s *Store) checkRetry(ctx context.Context, exec *Execution, node string) er
 	}
 	switch {
 	case len(latest) == 0:
-		return fmt.Errorf("%w: node %q of %s has never run; only a node whose attempts are used up can be retried",
+		return fmt.Errorf("%w: node %q of %s has never run; only a node that failed for good can be retried",
 			ErrNotFailed, node, exec.ID)
 	case !latest[0].failedForGood():
-		return fmt.Errorf("%w: node %q of %s is %s (attempt %d); only a node whose attempts are used up can be retried",
+		return fmt.Errorf("%w: node %q of %s is %s (attempt %d); only a node that failed for good can be retried",
 			ErrNotFailed, node, exec.ID, latest[0].State, latest[0].Attempt)
 	}
 	return nil

@@ -285,7 +285,7 @@ func TestExecutionsShow(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, `Execution `+b.failedID+` of graph "shop" version "v1": failed`)
 	require.Regexp(t, `(?m)^\s+order\s+"bad"\s+1\s`, stdout)
-	require.Contains(t, stdout, "charge: failed after 1 attempt(s): card declined; `journey retry "+b.failedID+" charge`")
+	require.Contains(t, stdout, "charge: failed permanently at attempt 1 of 3: card declined; `journey retry "+b.failedID+" charge`")
 	require.Contains(t, stdout, `receipt: gate needs(charge): "charge" not set`)
 	require.Regexp(t, `(?m)^\s+\d+\s+charge\s+1/3\s+FAILED\s+`+opsReplica+`\s.*card declined$`, stdout)
 	require.Contains(t, stdout, "execution.failed (phase 0) claimed")
@@ -308,7 +308,7 @@ func TestExecutionsShow(t *testing.T) {
 	require.Equal(t, persistence.EventFailed, d.Notifications[0].Event)
 	require.Equal(t, []persistence.Waiting{
 		{Node: "charge", Kind: "compute", Gate: "needs(order)",
-			Reason: "failed after 1 attempt(s): card declined; `journey retry " + b.failedID + " charge` gives it a fresh budget"},
+			Reason: "failed permanently at attempt 1 of 3: card declined; `journey retry " + b.failedID + " charge` gives it a fresh budget"},
 		{Node: "receipt", Kind: "compute", Gate: "needs(charge)", Reason: `gate needs(charge): "charge" not set`},
 	}, d.Waiting)
 
@@ -320,6 +320,34 @@ func TestExecutionsShow(t *testing.T) {
 	code, _, stderr = b.ops(t, "executions", "show")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "want 1 argument(s) (ID), got 0")
+}
+
+// `executions show` says how a node failed: a graph.Permanent error at attempt 2 of 4 is not a
+// budget used up.
+func TestExecutionsShowSaysHowANodeFailed(t *testing.T) {
+	t.Parallel()
+	var charges atomic.Int64
+	g := graph.MustNew("pay", "v1", []graph.Node{
+		graph.Input("order"),
+		graph.Compute("charge", graph.Needs("order"), func(ctx context.Context, in graph.Values) (any, error) {
+			if charges.Add(1) == 1 {
+				return nil, errors.New("gateway timeout")
+			}
+			return nil, graph.Permanent(errors.New("card declined"))
+		}, graph.MaxAttempts(4), graph.Backoff(func(int) time.Duration { return 0 })),
+	})
+	b := &opsBundle{url: pgtest.URL(t), schema: pgtest.Schema(t)}
+	rt := startRuntime(t, journey.Config{DatabaseURL: b.url, Schema: b.schema, Graphs: []*graph.Graph{g},
+		Logger: slog.New(slog.DiscardHandler)})
+	ex, err := rt.Start(t.Context(), g, journey.WithValues(map[string]any{"order": "bad"}))
+	require.NoError(t, err)
+	_, err = rt.Get(t.Context(), ex.ID, "charge", journey.WaitAny())
+	require.ErrorIs(t, err, journey.ErrComputationFailed)
+
+	code, stdout, stderr := b.ops(t, "executions", "show", ex.ID)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "\n  charge: failed permanently at attempt 2 of 4: card declined; `journey retry "+ex.ID+" charge`")
+	require.Regexp(t, `(?m)^\s+\d+\s+charge\s+2/4\s+FAILED\s+.*card declined$`, stdout)
 }
 
 func TestReplicasCommand(t *testing.T) {

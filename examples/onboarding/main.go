@@ -44,7 +44,7 @@ func main() {
 	}
 }
 
-func run(logger *slog.Logger) error {
+func run(logger *slog.Logger) (err error) {
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -54,15 +54,10 @@ func run(logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("getting a database (set DATABASE_URL, or install the PostgreSQL server binaries): %w", err)
 	}
-	defer stopDB() // runs after greet's rt.Stop
-	return greet(ctx, os.Stdout, logger, journey.Config{DatabaseURL: url, ListenURL: os.Getenv("LISTEN_URL")})
-}
-
-// greet runs a replica with cfg, sets an execution's inputs, waits for its greeting, and prints
-// what it did to out.
-func greet(ctx context.Context, out io.Writer, logger *slog.Logger, cfg journey.Config) (err error) {
-	cfg.Graphs, cfg.Logger = []*graph.Graph{onboarding}, logger
-	rt, err := journey.New(ctx, cfg)
+	defer stopDB() // runs after rt.Stop
+	rt, err := journey.New(ctx, journey.Config{
+		DatabaseURL: url, ListenURL: os.Getenv("LISTEN_URL"), Graphs: []*graph.Graph{onboarding}, Logger: logger,
+	})
 	if err != nil {
 		return err
 	}
@@ -73,7 +68,12 @@ func greet(ctx context.Context, out io.Writer, logger *slog.Logger, cfg journey.
 			err = fmt.Errorf("stopping the runtime: %w", serr)
 		}
 	}()
+	return greet(ctx, os.Stdout, rt)
+}
 
+// greet starts an execution on rt, a runtime that serves onboarding, sets its inputs, waits for
+// its greeting, and prints what it did to out. Its test passes it a journeytest runtime.
+func greet(ctx context.Context, out io.Writer, rt *journey.Runtime) error {
 	ex, err := rt.Start(ctx, onboarding)
 	if err != nil {
 		return fmt.Errorf("starting an execution: %w", err)

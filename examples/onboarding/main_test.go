@@ -2,14 +2,10 @@ package main
 
 import (
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/journey-go/journey"
-	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/journeytest"
 )
 
@@ -47,12 +43,23 @@ func TestNoGreetingWithoutAnEmail(t *testing.T) {
 	}
 }
 
-// The example runs end to end through PgBouncer in transaction mode, with the direct connection
-// for LISTEN: the migrations, the writes and the Get's wake-up.
-func TestGreetsThroughAPooler(t *testing.T) {
+// The program's own code, greet, runs on the test's runtime (rt.Runtime is a *journey.Runtime),
+// and prints what it did.
+func TestGreetPrintsWhatItDid(t *testing.T) {
 	t.Parallel()
+	rt := journeytest.New(t, onboarding)
 	var out strings.Builder
-	cfg := journey.Config{DatabaseURL: pgtest.Bouncer(t), ListenURL: pgtest.URL(t), Schema: pgtest.Schema(t)}
-	require.NoError(t, greet(t.Context(), &out, slog.New(slog.DiscardHandler), cfg))
-	require.Contains(t, out.String(), "greeting: Welcome, Mario at mario@example.com (revision 4)")
+	if err := greet(t.Context(), &out, rt.Runtime); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"set name  -> revision 1",
+		"set email -> revision 2",
+		"greeting: Welcome, Mario at mario@example.com (revision 4)",
+		"  greeting attempt 1/3: SUCCESS",
+	} {
+		if !strings.Contains(out.String(), "\n"+want+"\n") {
+			t.Errorf("greet printed no line %q; it printed:\n%s", want, out.String())
+		}
+	}
 }
