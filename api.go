@@ -96,6 +96,9 @@ func (r *Runtime) check() error {
 	if r.stopped.Load() {
 		return ErrStopped
 	}
+	if err := r.halted.Load(); err != nil {
+		return *err
+	}
 	return nil
 }
 

@@ -105,6 +105,12 @@ type Config struct {
 	// only these. At least one is required.
 	Graphs []*graph.Graph
 	// ReplicaID names this replica in claims and logs. Default: host name, pid and a random suffix.
+	// A stable one (a pod's name) lets a replica restarted after a crash take its work back at
+	// once, rather than after ReplicaStaleAfter. One live process holds an id at a time: New
+	// refuses a second (ErrReplicaIDInUse), and a replica that finds its row taken claims nothing
+	// more. Unless PollOnly, the holder keeps an advisory lock of the id on its LISTEN connection,
+	// which dies with its process; under PollOnly, New waits for the holder's heartbeat to go
+	// stale (at most its ReplicaStaleAfter) before it takes the id over.
 	ReplicaID string
 	// MaxWorkers caps the functions running at once on this replica. Default 100. An attempt
 	// whose function has returned frees its worker while its outcome is recorded (up to three

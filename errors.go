@@ -51,6 +51,15 @@ var (
 	// returns it only if it could not find out. Read the execution (Load, Get) to learn whether a
 	// Set went through.
 	ErrOutcomeUnknown = persistence.ErrOutcomeUnknown
+	// ErrReplicaIDInUse means another live process holds Config.ReplicaID: New refuses to start,
+	// and a replica that finds its row taken by another process claims nothing more, and returns
+	// it from every call. Give each process an id of its own.
+	ErrReplicaIDInUse = persistence.ErrReplicaIDInUse
+	// ErrReleaseRetired means the schema was migrated for a newer release of journey-go, which
+	// this one cannot run beside: New refuses to start, and a replica that finds it at a
+	// heartbeat claims nothing more, and returns it from every call. Stop it, and deploy the new
+	// release.
+	ErrReleaseRetired = persistence.ErrReleaseRetired
 )
 
 // TextError is the error of ErrInvalidText: Field names what the string was, Value quotes it,

@@ -71,7 +71,7 @@ func (r *Runtime) timeMoved() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
 	defer cancel()
-	if err := r.store.ReplicaHeartbeat(ctx, r.cfg.ReplicaID, r.cfg.ReplicaStaleAfter, false); err != nil {
+	if _, err := r.store.ReplicaHeartbeat(ctx, r.cfg.ReplicaID, r.identity, r.cfg.ReplicaStaleAfter, false); err != nil {
 		r.logger.Warn("writing the replica heartbeat after the clock moved failed", "error", err)
 	}
 	done := make(chan struct{})

@@ -84,6 +84,8 @@ type Runtime struct {
 	writes     *group[write, written]                             // the Sets and the idle Starts, written together
 
 	moves    clockMoves // a test clock's moves, acted on at once (now.go)
+	identity persistence.Identity
+	halted   atomic.Pointer[error] // why the replica halted (see actors.ReplicaConfig.OnHalt)
 	stopped  atomic.Bool
 	stopOnce sync.Once
 	stopErr  error
@@ -172,16 +174,28 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.store = store
-	if err := store.ReplicaHeartbeat(ctx, cfg.ReplicaID, cfg.ReplicaStaleAfter, true); err != nil {
+	// Nothing is written before these checks: a replica they refuse changes nothing.
+	if err := store.CheckRelease(ctx); err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: %w", err)
+	}
+	listen, err := r.holdIdentity(ctx)
+	if err != nil {
+		r.closePool()
+		return nil, fmt.Errorf("journey: %w", err)
+	}
+	if err := store.RecordGraphs(ctx); err != nil {
+		closeConn(listen)
+		r.closePool()
+		return nil, fmt.Errorf("journey: %w", err)
+	}
+	if _, err := store.ReplicaHeartbeat(ctx, cfg.ReplicaID, r.identity, cfg.ReplicaStaleAfter, true); err != nil {
+		closeConn(listen)
 		r.closePool()
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.beat()
-	if err := store.RecordGraphs(ctx); err != nil {
-		r.closePool()
-		return nil, fmt.Errorf("journey: %w", err)
-	}
-	r.start()
+	r.start(listen)
 	r.observing, err = tel.Observe(telemetry.Sampler{
 		ReplicaID:    cfg.ReplicaID,
 		HeartbeatAge: func() time.Duration { return time.Since(time.Unix(0, r.lastBeat.Load())) },
@@ -258,7 +272,9 @@ func sessionSettings(params map[string]string, idleInTx time.Duration) func(cont
 	}
 }
 
-func (r *Runtime) start() {
+// start starts the replica's actors. listen, the LISTEN connection that holds the replica id's
+// lock, goes to the listener (nil under PollOnly).
+func (r *Runtime) start(listen *pgx.Conn) {
 	base, cancel := context.WithCancel(context.WithValue(context.Background(), clockKey{}, r.cfg.Test.Clock))
 	r.cancelBase = cancel
 	r.claims = actors.NewClaimGate()
@@ -273,6 +289,7 @@ func (r *Runtime) start() {
 	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
 		StaleAfter: r.cfg.ReplicaStaleAfter, Dispatcher: r.dispatcher, Logger: r.logger, OnBeat: r.beat,
+		Identity: r.identity, OnHalt: func(err error) { r.halted.Store(&err) },
 	}))
 	r.http = &http.Client{Timeout: r.cfg.NotificationTimeout}
 	r.delivery = root.Spawn(actors.NewDelivery(actors.DeliveryConfig{
@@ -292,12 +309,19 @@ func (r *Runtime) start() {
 		return
 	}
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
-	connCfg := r.pool.Config().ConnConfig
-	if r.cfg.ListenURL != "" {
-		connCfg, _ = pgx.ParseConfig(r.cfg.ListenURL) // validate has parsed it
-	}
 	r.listener = root.Spawn(actors.NewListener(actors.ListenerConfig{
-		Connect:     func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, connCfg.Copy()) },
+		First: listen,
+		// A connection made again takes the id's lock again: if another process took it meanwhile,
+		// the replica halts.
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			conn, locked, err := r.connectLocked(ctx)
+			if err == nil && !locked && r.identity.Locked {
+				root.Send(r.replica, actors.Halt{Err: fmt.Errorf("%w: another process holds the lock of replica id %s, "+
+					"which this one held until its LISTEN connection was lost; this one claims nothing more: give each process "+
+					"a ReplicaID of its own, and stop this one", ErrReplicaIDInUse, r.cfg.ReplicaID)})
+			}
+			return conn, err
+		},
 		Channel:     r.store.Channel(),
 		OnWork:      wake,
 		OnExecution: r.waiters.wake,
@@ -394,8 +418,10 @@ func (r *Runtime) stop(ctx context.Context) error {
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	// With attempts left RUNNING, the row stays, and goes stale as a crashed replica's would:
-	// without it, another replica would take them over at once.
-	if returned {
+	// without it, another replica would take them over at once. A halted replica leaves its
+	// claims and its row alone: another process holds the row, and its claims too, or the schema
+	// is a newer release's.
+	if returned && r.halted.Load() == nil {
 		// Claims left RUNNING now are claims that no attempt took up: the stop ended their claim
 		// or write before its answer came back, though the database committed it.
 		if n, err := r.store.ReleaseReplica(dctx, r.cfg.ReplicaID); err != nil {
@@ -403,7 +429,7 @@ func (r *Runtime) stop(ctx context.Context) error {
 		} else if n > 0 {
 			r.logger.Info("released the claims that the stop interrupted", "count", n)
 		}
-		if err := r.store.DeleteReplica(dctx, r.cfg.ReplicaID); err != nil {
+		if err := r.store.DeleteReplica(dctx, r.cfg.ReplicaID, r.identity.Incarnation); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -14,6 +14,9 @@ import (
 
 // ListenerConfig configures the listener of one replica.
 type ListenerConfig struct {
+	// First, if set, is the connection of the first LISTEN; Connect opens the later ones. The
+	// listener closes both.
+	First *pgx.Conn
 	// Connect opens the connection held for LISTEN alone.
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	Channel string
@@ -83,9 +86,13 @@ func (l *listener) loop(ctx context.Context) {
 }
 
 func (l *listener) listen(ctx context.Context) error {
-	conn, err := l.cfg.Connect(ctx)
-	if err != nil {
-		return err
+	conn := l.cfg.First
+	l.cfg.First = nil
+	if conn == nil {
+		var err error
+		if conn, err = l.cfg.Connect(ctx); err != nil {
+			return err
+		}
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)

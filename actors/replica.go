@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -30,6 +31,13 @@ type ReplicaConfig struct {
 	Logger     *slog.Logger
 	// OnBeat, if set, is called after each heartbeat written.
 	OnBeat func()
+	// Identity is the process that holds the replica's row.
+	Identity persistence.Identity
+	// OnHalt, if set, is called once the replica halts: a heartbeat found its row taken by
+	// another process (persistence.ErrReplicaIDInUse), or the schema's oldest release newer than
+	// this one (persistence.ErrReleaseRetired). Its dispatcher claims nothing more, and it writes
+	// no more heartbeats.
+	OnHalt func(err error)
 }
 
 // Pause makes the dispatcher stop claiming until Resume.
@@ -37,6 +45,10 @@ type Pause struct{}
 
 // Resume lets a paused dispatcher claim again.
 type Resume struct{}
+
+// Halt halts the replica for Err, as a heartbeat that found its row taken does (see
+// ReplicaConfig.OnHalt).
+type Halt struct{ Err error }
 
 type replicaTick struct{}
 
@@ -49,6 +61,7 @@ type replicaHeartbeat struct {
 	timers  *scheduler.TimerScheduler
 	cancel  scheduler.CancelFunc
 	failing bool
+	halted  error
 }
 
 // NewReplicaHeartbeat returns the props of the replica heartbeat actor. The caller writes the
@@ -67,13 +80,17 @@ func NewReplicaHeartbeat(cfg ReplicaConfig) *actor.Props {
 
 // Receive implements actor.Actor.
 func (r *replicaHeartbeat) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
+	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		r.timers = scheduler.NewTimerScheduler(ctx)
 		r.cancel = r.timers.SendOnce(r.cfg.Interval, ctx.Self(), replicaTick{})
 	case replicaTick:
 		r.runOnce(ctx)
 		r.cancel = r.timers.SendOnce(r.cfg.Interval, ctx.Self(), replicaTick{})
+	case Halt:
+		if r.halted == nil {
+			r.halt(ctx, msg.Err)
+		}
 	case *actor.Stopping, *actor.Restarting:
 		r.cancel()
 	}
@@ -83,10 +100,21 @@ func (r *replicaHeartbeat) Receive(ctx actor.Context) {
 // interval: on a loaded machine a slow heartbeat still keeps the replica alive, where one given up
 // early (and its connection with it) would make the next slower still.
 func (r *replicaHeartbeat) runOnce(ctx actor.Context) {
+	if r.halted != nil {
+		return
+	}
 	hctx, cancel := context.WithTimeout(context.Background(), max(r.cfg.Interval, r.cfg.StaleAfter/2))
-	err := r.cfg.Store.ReplicaHeartbeat(hctx, r.cfg.ReplicaID, r.cfg.StaleAfter, false)
+	beat, err := r.cfg.Store.ReplicaHeartbeat(hctx, r.cfg.ReplicaID, r.cfg.Identity, r.cfg.StaleAfter, false)
 	cancel()
-	if err == nil && r.cfg.OnBeat != nil {
+	switch {
+	case err == nil && beat.Taken:
+		r.halt(ctx, fmt.Errorf("%w: another process has taken the row of replica %s; this one claims nothing more: "+
+			"give each process a ReplicaID of its own, and stop this one", persistence.ErrReplicaIDInUse, r.cfg.ReplicaID))
+		return
+	case err == nil && beat.Oldest > persistence.Release:
+		r.halt(ctx, persistence.RetiredError(r.cfg.Store.Schema(), beat.Oldest, ""))
+		return
+	case err == nil && r.cfg.OnBeat != nil:
 		r.cfg.OnBeat()
 	}
 	switch {
@@ -100,5 +128,15 @@ func (r *replicaHeartbeat) runOnce(ctx actor.Context) {
 		r.failing = false
 		r.logger.Info("replica heartbeat restored; claiming resumes")
 		ctx.Send(r.cfg.Dispatcher, Resume{})
+	}
+}
+
+// halt stops the replica's claims and heartbeats for good, for err.
+func (r *replicaHeartbeat) halt(ctx actor.Context, err error) {
+	r.halted = err
+	r.logger.Error("the replica halts: it claims nothing more", "error", err)
+	ctx.Send(r.cfg.Dispatcher, Pause{})
+	if r.cfg.OnHalt != nil {
+		r.cfg.OnHalt(err)
 	}
 }

@@ -55,6 +55,7 @@ func TestFailingReplicaHeartbeatPausesClaiming(t *testing.T) {
 		// The interval is also each heartbeat's timeout: a busy machine needs some of it.
 		Store: store, ReplicaID: "r1", Interval: 100 * time.Millisecond, StaleAfter: time.Second,
 		Dispatcher: dispatcher, Logger: slog.New(lines),
+		Identity: persistence.Identity{Incarnation: persistence.NewUUID(), Holder: "the test"},
 	}))
 	t.Cleanup(func() {
 		_ = system.Root.PoisonFuture(replica).Wait()

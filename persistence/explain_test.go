@@ -225,7 +225,7 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 	claimed, err := b.store.Claim(ctx, "r1", 10)
 	require.NoError(t, err)
 	require.Len(t, claimed, 10)
-	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute, true))
+	beat(t, b.store, "r1", time.Minute, true)
 	b.exec(t, `UPDATE {s}.computations SET state = 'PENDING', run_at = now() + interval '1 hour'
 		WHERE id IN (SELECT id FROM {s}.computations WHERE state = 'AVAILABLE' ORDER BY id LIMIT 5)`)
 	b.exec(t, `ANALYZE {s}.executions, {s}."values", {s}.computations`)

@@ -111,7 +111,7 @@ func (s *Store) claimStep(t *txn) (step, bool) {
 	var traceparents []*string
 	tokens := make([]string, len(cs))
 	for i, c := range cs {
-		tokens[i] = newToken()
+		tokens[i] = NewUUID()
 		c.ClaimToken = &tokens[i]
 		ids, keys, nodes, sigs = append(ids, c.ExecutionID), append(keys, c.GraphKey), append(nodes, c.Node), append(sigs, c.ComputedWith)
 		attempts, maxAttempts = append(attempts, c.Attempt), append(maxAttempts, c.MaxAttempts)
@@ -142,8 +142,8 @@ func (s *Store) claimStep(t *txn) (step, bool) {
 		}}, true
 }
 
-// newToken returns a random claim token, a version 4 UUID.
-func newToken() string {
+// NewUUID returns a random version 4 UUID, such as a claim token.
+func NewUUID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80

@@ -17,10 +17,11 @@ import (
 var ErrLockTimeout = errors.New("journey: gave up waiting for a lock")
 
 // PostgreSQL's error codes that the store tells apart: lock_not_available, which lock_timeout
-// raises, and query_canceled, which statement_timeout raises.
+// raises, query_canceled, which statement_timeout raises, and undefined_table.
 const (
 	lockNotAvailable = "55P03"
 	queryCanceled    = "57014"
+	undefinedTable   = "42P01"
 )
 
 // hasCode reports whether err is a PostgreSQL error with code.

@@ -93,7 +93,7 @@ func setup(t *testing.T, name string) *bundle {
 // alive writes replica r1's heartbeat at the current time of the clock.
 func (b *bundle) alive(t *testing.T) {
 	t.Helper()
-	require.NoError(t, b.store.ReplicaHeartbeat(context.Background(), "r1", staleAfter, false))
+	beat(t, b.store, "r1", staleAfter, false)
 }
 
 func (b *bundle) claim(t *testing.T) *persistence.Computation {
@@ -242,7 +242,7 @@ func TestAbandonsTheWorkOfASilentReplica(t *testing.T) {
 	s := newSweeper(t, sweeper.Config{Store: b.store, ReplicaRetention: time.Hour})
 	c := b.claim(t)
 	// The replica says it is to be thought dead 2s after its last heartbeat.
-	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", 2*time.Second, false))
+	beat(t, b.store, "r1", 2*time.Second, false)
 
 	b.clock.Advance(time.Second)
 	beats, err := b.store.Heartbeat(ctx, "r1", []persistence.ClaimRef{c.Ref()})
@@ -278,7 +278,7 @@ func TestJudgesAReplicaByItsOwnStaleAfter(t *testing.T) {
 	b := setup(t, "patient")
 	ctx := context.Background()
 	c := b.claim(t)
-	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", time.Minute, false))
+	beat(t, b.store, "r1", time.Minute, false)
 	// Work that may take an hour: only the replica's staleness can end it here.
 	_, err := b.store.DB().NewRaw("UPDATE ?.computations SET deadline = deadline + interval '1 hour'", bun.Ident(b.store.Schema())).Exec(ctx)
 	require.NoError(t, err)
@@ -312,7 +312,7 @@ func TestAbandonsTheWorkOfAnEarlierProcessOfTheSameReplica(t *testing.T) {
 	require.Empty(t, res.Abandoned)
 
 	// The process dies and another starts with the same id; its heartbeats are fresh.
-	require.NoError(t, b.store.ReplicaHeartbeat(ctx, "r1", staleAfter, true))
+	beat(t, b.store, "r1", staleAfter, true)
 	res, err = b.sweeper.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Len(t, res.Abandoned, 1)
@@ -536,7 +536,7 @@ func TestStrandedVersionIsWarnedOf(t *testing.T) {
 	require.Contains(t, log.String(), "graph_version=stranded@v1 executions=2", "the two executions with work, not the idle one")
 
 	// A live replica that serves it: no warning.
-	require.NoError(t, store.ReplicaHeartbeat(ctx, "serving", time.Minute, true))
+	beat(t, store, "serving", time.Minute, true)
 	log.Reset()
 	_, err = s.RunOnce(ctx)
 	require.NoError(t, err)
@@ -565,4 +565,13 @@ func TestRollsTheInsightsUp(t *testing.T) {
 		return n
 	}
 	require.Eventually(t, func() bool { return cells() == 2 }, 10*time.Second, 5*time.Millisecond)
+}
+
+// beat writes the heartbeat of replica, as its one process would: start takes its row over.
+func beat(t *testing.T, s *persistence.Store, replica string, staleAfter time.Duration, start bool) {
+	t.Helper()
+	res, err := s.ReplicaHeartbeat(context.Background(), replica,
+		persistence.Identity{Incarnation: "00000000-0000-4000-8000-000000000001", Holder: "the test"}, staleAfter, start)
+	require.NoError(t, err)
+	require.False(t, res.Taken)
 }

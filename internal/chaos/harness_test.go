@@ -136,6 +136,14 @@ func (c *cluster) start(t *testing.T, id string) *worker {
 // startBinary starts a replica process of the test binary bin, and waits until it serves.
 func (c *cluster) startBinary(t *testing.T, id, bin string) *worker {
 	t.Helper()
+	w := c.launch(t, id, bin)
+	w.waitFor(t, "ready", func(w *worker) bool { return w.count("ready") > 0 })
+	return w
+}
+
+// launch starts a replica process of the test binary bin.
+func (c *cluster) launch(t *testing.T, id, bin string) *worker {
+	t.Helper()
 	cfg := c.cfg
 	cfg.ReplicaID = id
 	// The replica's sessions carry its id, for the tests' snapshots of pg_stat_activity.
@@ -173,7 +181,6 @@ func (c *cluster) startBinary(t *testing.T, id, bin string) *worker {
 		_ = w.cmd.Process.Kill()
 		<-w.exited
 	})
-	w.waitFor(t, "ready", func(w *worker) bool { return w.count("ready") > 0 })
 	return w
 }
 
