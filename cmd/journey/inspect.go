@@ -401,9 +401,10 @@ func section(w io.Writer, header string, rows [][]string) {
 	table(w, header, rows)
 }
 
-const replicasDescription = `replicas lists the replicas that heartbeat in the schema: the age of each one's heartbeat,
-whether it is stale (older than its own ReplicaStaleAfter: its running work is being reclaimed),
-how many computations it runs, and the graphs it serves.`
+const replicasDescription = `replicas lists the replicas that heartbeat in the schema: the process that holds each one's
+id (its host and pid), the age of its heartbeat, whether it is stale (older than its own
+ReplicaStaleAfter: its running work is being reclaimed), how many computations it runs, and the
+graphs it serves.`
 
 // runReplicas implements "journey replicas".
 func runReplicas(ctx context.Context, env *environment, args []string) int {
@@ -430,9 +431,13 @@ func runReplicas(ctx context.Context, env *environment, args []string) int {
 			stale = "STALE"
 		}
 		age := (time.Duration(r.HeartbeatAgeMS) * time.Millisecond).Round(100 * time.Millisecond)
-		rows = append(rows, []string{r.ID, age.String(), stale, fmt.Sprint(r.Running), strings.Join(r.Graphs, ","), at(&r.StartedAt)})
+		holder := "-"
+		if r.Holder != nil {
+			holder = *r.Holder
+		}
+		rows = append(rows, []string{r.ID, holder, age.String(), stale, fmt.Sprint(r.Running), strings.Join(r.Graphs, ","), at(&r.StartedAt)})
 	}
-	table(env.stdout, "REPLICA\tHEARTBEAT AGE\tSTALE\tRUNNING\tSERVES\tSTARTED", rows)
+	table(env.stdout, "REPLICA\tHELD BY\tHEARTBEAT AGE\tSTALE\tRUNNING\tSERVES\tSTARTED", rows)
 	return 0
 }
 

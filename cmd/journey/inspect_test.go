@@ -356,8 +356,8 @@ func TestReplicasCommand(t *testing.T) {
 
 	code, stdout, stderr := b.ops(t, "replicas")
 	require.Equal(t, 0, code, stderr)
-	require.Regexp(t, `REPLICA\s+HEARTBEAT AGE\s+STALE\s+RUNNING\s+SERVES\s+STARTED`, stdout)
-	require.Regexp(t, opsReplica+`\s+\S+\s+no\s+0\s+shop@v1\s`, stdout)
+	require.Regexp(t, `REPLICA\s+HELD BY\s+HEARTBEAT AGE\s+STALE\s+RUNNING\s+SERVES\s+STARTED`, stdout)
+	require.Regexp(t, opsReplica+`\s+host \S+ pid \d+\s+\S+\s+no\s+0\s+shop@v1\s`, stdout)
 
 	var replicas []persistence.ReplicaStatus
 	b.okJSON(t, &replicas, "replicas")
@@ -366,6 +366,7 @@ func TestReplicasCommand(t *testing.T) {
 	require.False(t, replicas[0].Stale)
 	require.Equal(t, []string{"shop@v1"}, replicas[0].Graphs)
 	require.GreaterOrEqual(t, replicas[0].HeartbeatAgeMS, int64(0))
+	require.Regexp(t, `^host \S+ pid \d+$`, *replicas[0].Holder, "the process that holds the replica's id")
 }
 
 func TestRetryRunsTheNodeAgain(t *testing.T) {
