@@ -90,8 +90,10 @@ type Runtime struct {
 }
 
 // New connects to the database, migrates the schema (safe when several replicas start at once),
-// records the graph versions it serves (for journey graphs and the dashboard), and starts this
-// replica's actors: the dispatcher, the listener and the sweeper.
+// records the graph versions it serves (for journey graphs and the dashboard) with its first
+// heartbeat, and starts this replica's actors: the dispatcher, the listener and the sweeper. A
+// graph whose version is recorded with another definition, which executions or live replicas
+// still use, is refused with ErrGraphChanged, and New then writes nothing.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -171,15 +173,14 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.store = store
-	if err := store.ReplicaHeartbeat(ctx, cfg.ReplicaID, cfg.ReplicaStaleAfter, true); err != nil {
+	if err := store.RecordGraphs(ctx, cfg.ReplicaID, cfg.ReplicaStaleAfter); err != nil {
 		r.closePool()
+		if errors.Is(err, persistence.ErrGraphChanged) {
+			return nil, err // it says "journey:" already, once a graph
+		}
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.beat()
-	if err := store.RecordGraphs(ctx); err != nil {
-		r.closePool()
-		return nil, fmt.Errorf("journey: %w", err)
-	}
 	r.start()
 	r.observing, err = tel.Observe(telemetry.Sampler{
 		ReplicaID:    cfg.ReplicaID,

@@ -27,17 +27,24 @@ type Replica struct {
 // earlier process with the same replica id (a pod restarted under its name) claimed and left
 // RUNNING.
 func (s *Store) ReplicaHeartbeat(ctx context.Context, replicaID string, staleAfter time.Duration, start bool) error {
-	_, err := s.heartbeatDB().NewRaw(s.q(`INSERT INTO {s}.replica_heartbeats AS r (replica_id, last_heartbeat, started_at, graphs, stale_after_ms, targets)
-		VALUES (?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?, ?)
-		ON CONFLICT (replica_id) DO UPDATE
-		SET last_heartbeat = excluded.last_heartbeat, graphs = excluded.graphs, stale_after_ms = excluded.stale_after_ms,
-			targets = excluded.targets, started_at = CASE WHEN ? THEN excluded.started_at ELSE r.started_at END`),
-		replicaID, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds(),
-		pgdialect.Array(s.routes), start).Exec(ctx)
+	_, err := s.heartbeatDB().NewRaw(s.q(heartbeatQuery), s.heartbeatArgs(replicaID, staleAfter, start)...).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("writing the heartbeat of replica %s: %w", replicaID, err)
 	}
 	return nil
+}
+
+// heartbeatQuery upserts a replica's row, with the arguments that heartbeatArgs gives.
+const heartbeatQuery = `INSERT INTO {s}.replica_heartbeats AS r (replica_id, last_heartbeat, started_at, graphs, stale_after_ms, targets)
+	VALUES (?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?, ?)
+	ON CONFLICT (replica_id) DO UPDATE
+	SET last_heartbeat = excluded.last_heartbeat, graphs = excluded.graphs, stale_after_ms = excluded.stale_after_ms,
+		targets = excluded.targets, started_at = CASE WHEN ? THEN excluded.started_at ELSE r.started_at END`
+
+// heartbeatArgs are the arguments of heartbeatQuery.
+func (s *Store) heartbeatArgs(replicaID string, staleAfter time.Duration, start bool) []any {
+	return []any{replicaID, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds(),
+		pgdialect.Array(s.routes), start}
 }
 
 // DeleteReplica removes a replica's row, at the end of a graceful stop, and records that its
