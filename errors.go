@@ -36,6 +36,11 @@ var (
 	// ErrIncompatibleVersions means MoveVersion refused: the newer version does not keep every
 	// node of the older, of the same kind.
 	ErrIncompatibleVersions = persistence.ErrIncompatibleVersions
+	// ErrGraphChanged means New refused a graph whose version is recorded with another
+	// definition (other nodes, kinds, gates or options), which executions of the version or
+	// live replicas still use. The error says what changed: give the changed graph a new
+	// version (docs/operating.md, "Graph versions and fingerprints").
+	ErrGraphChanged = persistence.ErrGraphChanged
 	// ErrKeyHeld means Unarchive refused: another unarchived execution of the graph holds the
 	// execution's key (see WithKey). Archive that one first.
 	ErrKeyHeld = persistence.ErrKeyHeld

@@ -92,8 +92,10 @@ type Runtime struct {
 }
 
 // New connects to the database, migrates the schema (safe when several replicas start at once),
-// records the graph versions it serves (for journey graphs and the dashboard), and starts this
-// replica's actors: the dispatcher, the listener and the sweeper.
+// records the graph versions it serves (for journey graphs and the dashboard) with its first
+// heartbeat, and starts this replica's actors: the dispatcher, the listener and the sweeper. A
+// graph whose version is recorded with another definition, which executions or live replicas
+// still use, is refused with ErrGraphChanged, and New then writes nothing.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -184,14 +186,13 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.closePool()
 		return nil, fmt.Errorf("journey: %w", err)
 	}
-	if err := store.RecordGraphs(ctx); err != nil {
+	// The graph versions and the first heartbeat, which takes the replica's row over.
+	if err := store.RecordGraphs(ctx, cfg.ReplicaID, r.identity, cfg.ReplicaStaleAfter); err != nil {
 		closeConn(listen)
 		r.closePool()
-		return nil, fmt.Errorf("journey: %w", err)
-	}
-	if _, err := store.ReplicaHeartbeat(ctx, cfg.ReplicaID, r.identity, cfg.ReplicaStaleAfter, true); err != nil {
-		closeConn(listen)
-		r.closePool()
+		if errors.Is(err, persistence.ErrGraphChanged) {
+			return nil, err // it says "journey:" already, once a graph
+		}
 		return nil, fmt.Errorf("journey: %w", err)
 	}
 	r.beat()

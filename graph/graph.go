@@ -28,8 +28,10 @@ type Graph struct {
 // The graph's name, its version and its nodes' names are each 1 to 255 bytes of valid UTF-8,
 // with no NUL or other control character.
 //
-// The version tells deployed definitions of one graph apart: change it when a change of the
-// nodes would not suit executions started before.
+// The version tells deployed definitions of one graph apart: change it with any change of the
+// nodes or options. The runtime records the definition served under each version (Describe,
+// Fingerprint), and refuses a replica whose graph differs from it while executions of the
+// version exist or another replica serves it.
 func New(name, version string, nodes []Node, opts ...Option) (*Graph, error) {
 	var o graphOptions
 	for _, opt := range opts {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,38 +63,176 @@ func describeNodes(g *graph.Graph) []GraphNode {
 	return nodes
 }
 
-// RecordGraphs upserts a graph_versions row for each graph this replica serves, in one
-// statement. A version seen before has its last_seen_at refreshed, and its nodes and flowchart
-// replaced by this replica's: the table shows the definition last served under each version.
-func (s *Store) RecordGraphs(ctx context.Context) error {
-	if len(s.keys) == 0 {
-		return nil
-	}
-	names := make([]string, 0, len(s.keys))
-	versions := make([]string, 0, len(s.keys))
-	nodes := make([]string, 0, len(s.keys))
-	mermaids := make([]string, 0, len(s.keys))
-	for _, key := range s.keys {
+// ErrGraphChanged means this replica serves a graph under a version that is recorded with
+// another definition (other nodes, kinds, gates or options; graph.Description): executions of the
+// version rely on the recorded one. Give the changed graph a new version.
+var ErrGraphChanged = errors.New("journey: graph changed")
+
+// recordedGraph is a row of graph_fingerprints: the definition recorded under a graph version.
+type recordedGraph struct {
+	Name        string            `bun:"graph_name"`
+	Version     string            `bun:"graph_version"`
+	Fingerprint string            `bun:"fingerprint"`
+	Description graph.Description `bun:"description,type:jsonb"`
+}
+
+// heldGraph is a graph version recorded with another definition than this replica's, and what
+// keeps that definition recorded: executions of the version, and the live replicas (other than
+// this one) that serve it. With neither, this replica's definition took its place (Taken).
+type heldGraph struct {
+	Name       string   `bun:"graph_name"`
+	Version    string   `bun:"graph_version"`
+	Executions bool     `bun:"executions"`
+	Replicas   []string `bun:"replicas,array"`
+	Taken      bool     `bun:"taken"`
+}
+
+// RecordGraphs records the graph versions this replica serves, and its first heartbeat (as
+// ReplicaHeartbeat with start), in one transaction of two statements. A version is identified by
+// the fingerprint of its definition (graph.Graph.Fingerprint), recorded in graph_fingerprints by
+// the first replica that serves it. A replica whose graph has another fingerprint than the one
+// recorded under its version is refused with ErrGraphChanged, which says what changed, and the
+// transaction changes nothing; unless the recorded definition has nothing left to keep it: no
+// execution of the version (archived included), and no live replica other than this one serving
+// it. This replica's definition then takes its place, and a warning names the changes.
+//
+// The fingerprint's row decides between replicas that start at once: the first statement inserts
+// it, or locks it as recorded, until the commit, which writes the heartbeat too. The second
+// statement, which may take over a recorded definition, reads in a snapshot taken once it holds
+// the row, so it sees the heartbeat of any replica that recorded the version before.
+//
+// Each served version's graph_versions row, its nodes and Mermaid flowchart for the operators, is
+// upserted in the second statement, as before.
+func (s *Store) RecordGraphs(ctx context.Context, replicaID string, id Identity, staleAfter time.Duration) error {
+	keys := slices.Sorted(slices.Values(s.keys)) // every replica locks the rows in this order
+	described := make(map[string]graph.Description, len(keys))
+	var names, versions, fingerprints, descriptions, nodes, mermaids []string
+	for _, key := range keys {
 		g := s.graphs[key]
-		b, err := json.Marshal(describeNodes(g))
+		d := g.Describe()
+		described[key] = d
+		desc, err := json.Marshal(d)
+		if err != nil {
+			return fmt.Errorf("encoding the description of graph %q version %q: %w", g.Name(), g.Version(), err)
+		}
+		ns, err := json.Marshal(describeNodes(g))
 		if err != nil {
 			return fmt.Errorf("encoding the nodes of graph %q version %q: %w", g.Name(), g.Version(), err)
 		}
 		names, versions = append(names, g.Name()), append(versions, g.Version())
-		nodes, mermaids = append(nodes, string(b)), append(mermaids, g.Mermaid())
+		fingerprints, descriptions = append(fingerprints, d.Fingerprint()), append(descriptions, string(desc))
+		nodes, mermaids = append(nodes, string(ns)), append(mermaids, g.Mermaid())
 	}
-	_, err := s.db.NewRaw(s.q(`INSERT INTO {s}.graph_versions AS v
-			(graph_name, graph_version, nodes, mermaid, first_seen_at, last_seen_at)
-		SELECT g.name, g.version, g.nodes::jsonb, g.mermaid, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now())
-		FROM unnest(?::text[], ?::text[], ?::text[], ?::text[]) AS g(name, version, nodes, mermaid)
-		ON CONFLICT (graph_name, graph_version) DO UPDATE
-		SET last_seen_at = excluded.last_seen_at, nodes = excluded.nodes, mermaid = excluded.mermaid`),
-		s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(names), pgdialect.Array(versions),
-		pgdialect.Array(nodes), pgdialect.Array(mermaids)).Exec(ctx)
+	recorded := map[string]recordedGraph{} // by key, those whose fingerprint is not this replica's
+	var held []heldGraph
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var rows []recordedGraph
+		err := tx.NewRaw(s.q(`INSERT INTO {s}.graph_fingerprints AS f (graph_name, graph_version, fingerprint, description, recorded_at)
+			SELECT g.name, g.version, g.fingerprint, g.description::jsonb, coalesce(?::timestamptz, now())
+			FROM unnest(?::text[], ?::text[], ?::text[], ?::text[]) AS g(name, version, fingerprint, description)
+			ORDER BY g.name, g.version
+			ON CONFLICT (graph_name, graph_version) DO UPDATE SET fingerprint = f.fingerprint -- locks it as it is
+			RETURNING graph_name, graph_version, fingerprint, description`),
+			s.clock.NowOrNil(), pgdialect.Array(names), pgdialect.Array(versions), pgdialect.Array(fingerprints),
+			pgdialect.Array(descriptions)).Scan(ctx, &rows)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("recording the fingerprints of the graph versions served: %w", err)
+		}
+		var changed []int // the positions in keys of the versions recorded with another fingerprint
+		for _, r := range rows {
+			key := GraphKey(r.Name, r.Version)
+			if i := slices.Index(keys, key); r.Fingerprint != fingerprints[i] {
+				recorded[key] = r
+				changed = append(changed, i)
+			}
+		}
+		pick := func(all []string) any {
+			out := make([]string, len(changed))
+			for j, i := range changed {
+				out[j] = all[i]
+			}
+			return pgdialect.Array(out)
+		}
+		args := []any{s.clock.NowOrNil(), replicaID, pick(names), pick(versions), pick(fingerprints), pick(descriptions),
+			s.clock.NowOrNil()}
+		args = append(args, s.heartbeatArgs(replicaID, id, staleAfter, true)...)
+		args = append(args, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(names), pgdialect.Array(versions),
+			pgdialect.Array(nodes), pgdialect.Array(mermaids))
+		// The heartbeat is written before the graph_versions rows (versions reads beat): in the
+		// order of a sweep that deletes a stale replica's row, with which it could deadlock otherwise.
+		err = tx.NewRaw(s.q(`WITH changed AS (
+				SELECT c.name, c.version, c.fingerprint, c.description,
+					EXISTS (SELECT 1 FROM {s}.executions e WHERE e.graph_name = c.name AND e.graph_version = c.version) AS executions,
+					ARRAY(SELECT r.replica_id FROM {s}.replica_heartbeats r
+						WHERE c.name || '@' || c.version = ANY(r.graphs) AND `+liveReplica+` AND r.replica_id <> ?
+						ORDER BY r.replica_id) AS replicas
+				FROM unnest(?::text[], ?::text[], ?::text[], ?::text[]) AS c(name, version, fingerprint, description)),
+			taken AS (UPDATE {s}.graph_fingerprints f
+				SET fingerprint = c.fingerprint, description = c.description::jsonb, recorded_at = coalesce(?::timestamptz, now())
+				FROM changed c
+				WHERE f.graph_name = c.name AND f.graph_version = c.version AND NOT c.executions AND cardinality(c.replicas) = 0
+				RETURNING f.graph_name, f.graph_version),
+			beat AS (`+heartbeatQuery+` RETURNING r.replica_id),
+			versions AS (INSERT INTO {s}.graph_versions AS v (graph_name, graph_version, nodes, mermaid, first_seen_at, last_seen_at)
+				SELECT g.name, g.version, g.nodes::jsonb, g.mermaid, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now())
+				FROM beat, unnest(?::text[], ?::text[], ?::text[], ?::text[]) AS g(name, version, nodes, mermaid)
+				ORDER BY g.name, g.version
+				ON CONFLICT (graph_name, graph_version) DO UPDATE
+				SET last_seen_at = excluded.last_seen_at, nodes = excluded.nodes, mermaid = excluded.mermaid)
+			SELECT c.name AS graph_name, c.version AS graph_version, c.executions, c.replicas, t.graph_name IS NOT NULL AS taken
+			FROM changed c LEFT JOIN taken t ON t.graph_name = c.name AND t.graph_version = c.version`),
+			args...).Scan(ctx, &held)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("recording the graph versions served: %w", err)
+		}
+		var refused []error
+		for _, h := range held {
+			if key := GraphKey(h.Name, h.Version); !h.Taken {
+				refused = append(refused, graphChanged(h, recorded[key], described[key]))
+			}
+		}
+		return errors.Join(refused...)
+	})
 	if err != nil {
-		return fmt.Errorf("recording the graph versions served: %w", err)
+		return err
+	}
+	for _, h := range held {
+		key := GraphKey(h.Name, h.Version)
+		s.logger.Warn("graph version recorded with another definition, which no execution and no live replica kept: "+
+			"this replica's replaces it", "graph", h.Name, "version", h.Version,
+			"changes", strings.Join(recorded[key].Description.Changes(described[key]), "; "))
 	}
 	return nil
+}
+
+// graphChanged is the refusal of a graph version held by the definition recorded, was; now is
+// this replica's.
+func graphChanged(h heldGraph, was recordedGraph, now graph.Description) error {
+	var holds []string
+	if h.Executions {
+		holds = append(holds, "executions of it exist")
+	}
+	if len(h.Replicas) > 0 {
+		holds = append(holds, "live replicas serve it: "+strings.Join(h.Replicas, ", "))
+	}
+	next := nextVersion(h.Version)
+	return fmt.Errorf("%w: graph %q version %q is recorded with another definition (fingerprint %.12s, this replica's %.12s): %s. "+
+		"The recorded definition stays while an execution of the version exists or a live replica serves it (%s). Give this graph "+
+		"a new version, such as %q; the executions of %q can then be moved to it with `journey graphs move %s %s %s` "+
+		"(Runtime.MoveVersion) if the versions are compatible",
+		ErrGraphChanged, h.Name, h.Version, was.Fingerprint, now.Fingerprint(), strings.Join(was.Description.Changes(now), "; "),
+		strings.Join(holds, "; "), next, h.Version, h.Name, h.Version, next)
+}
+
+// nextVersion suggests the version after v: its trailing number plus one ("v1" gives "v2",
+// "2024.9" gives "2024.10"), or v with "-2" after it if it does not end with a number.
+func nextVersion(v string) string {
+	digits := strings.TrimRight(v, "0123456789")
+	n, err := strconv.Atoi(v[len(digits):])
+	if err != nil {
+		return v + "-2"
+	}
+	return digits + strconv.Itoa(n+1)
 }
 
 // LoadGraphVersion reads the recorded graph version, or returns ErrUnknownGraph.

@@ -15,7 +15,7 @@ func TestWritesMarkTheirMinuteForTheRoll(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	require.NoError(t, b.store.RecordGraphs(ctx))
+	require.NoError(t, b.store.RecordGraphs(ctx, "replica-a", testIdentity, time.Minute))
 	ids := make([]string, 3)
 	for i := range ids {
 		e, err := b.store.CreateExecution(ctx, b.g)
@@ -51,7 +51,7 @@ func TestBackgroundRollLeavesFillingAndCostlyMinutes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	require.NoError(t, b.store.RecordGraphs(ctx))
+	require.NoError(t, b.store.RecordGraphs(ctx, "replica-a", testIdentity, time.Minute))
 	e, err := b.store.CreateExecution(ctx, b.g)
 	require.NoError(t, err)
 	roll := func() int {
@@ -106,7 +106,7 @@ func TestReadingDoesNotWaitForABusyRoll(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	require.NoError(t, b.store.RecordGraphs(ctx))
+	require.NoError(t, b.store.RecordGraphs(ctx, "replica-a", testIdentity, time.Minute))
 	_, err := b.store.CreateExecution(ctx, b.g)
 	require.NoError(t, err)
 	tx, err := b.db.BeginTx(ctx, nil)

@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -11,7 +12,7 @@ func TestOverviewCountsOnIndexesAndEstimatesLargeTotals(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	require.NoError(t, b.store.RecordGraphs(ctx))
+	require.NoError(t, b.store.RecordGraphs(ctx, "replica-a", testIdentity, time.Minute))
 	ids := b.ready(t, 3)
 	running := b.claimOne(t, "replica-a")
 	var failedID string

@@ -69,17 +69,8 @@ func (s *Store) ReplicaHeartbeat(ctx context.Context, replicaID string, id Ident
 	var rows []struct {
 		Oldest int `bun:"oldest"`
 	}
-	err := s.heartbeatDB().NewRaw(s.q(`INSERT INTO {s}.replica_heartbeats AS r
-			(replica_id, last_heartbeat, started_at, graphs, stale_after_ms, targets, incarnation, holder, locked)
-		VALUES (?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?, ?, ?::uuid, ?, ?)
-		ON CONFLICT (replica_id) DO UPDATE
-		SET last_heartbeat = excluded.last_heartbeat, graphs = excluded.graphs, stale_after_ms = excluded.stale_after_ms,
-			targets = excluded.targets, started_at = CASE WHEN ? THEN excluded.started_at ELSE r.started_at END,
-			incarnation = excluded.incarnation, holder = excluded.holder, locked = excluded.locked
-		WHERE ? OR r.incarnation IS NOT DISTINCT FROM excluded.incarnation OR r.incarnation IS NULL
-		RETURNING (SELECT oldest FROM {s}.schema_release) AS oldest`),
-		replicaID, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds(),
-		pgdialect.Array(s.routes), id.Incarnation, id.Holder, id.Locked, start, start).Scan(ctx, &rows)
+	err := s.heartbeatDB().NewRaw(s.q(heartbeatQuery+` RETURNING (SELECT oldest FROM {s}.schema_release) AS oldest`),
+		s.heartbeatArgs(replicaID, id, staleAfter, start)...).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return BeatResult{}, fmt.Errorf("writing the heartbeat of replica %s: %w", replicaID, err)
 	}
@@ -87,6 +78,23 @@ func (s *Store) ReplicaHeartbeat(ctx context.Context, replicaID string, id Ident
 		return BeatResult{Taken: true}, nil
 	}
 	return BeatResult{Oldest: rows[0].Oldest}, nil
+}
+
+// heartbeatQuery upserts a replica's row, with the arguments that heartbeatArgs gives: a first
+// heartbeat takes the row over, a later one writes only while the row is its process's.
+const heartbeatQuery = `INSERT INTO {s}.replica_heartbeats AS r
+		(replica_id, last_heartbeat, started_at, graphs, stale_after_ms, targets, incarnation, holder, locked)
+	VALUES (?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?, ?, ?::uuid, ?, ?)
+	ON CONFLICT (replica_id) DO UPDATE
+	SET last_heartbeat = excluded.last_heartbeat, graphs = excluded.graphs, stale_after_ms = excluded.stale_after_ms,
+		targets = excluded.targets, started_at = CASE WHEN ? THEN excluded.started_at ELSE r.started_at END,
+		incarnation = excluded.incarnation, holder = excluded.holder, locked = excluded.locked
+	WHERE ? OR r.incarnation IS NOT DISTINCT FROM excluded.incarnation OR r.incarnation IS NULL`
+
+// heartbeatArgs are the arguments of heartbeatQuery.
+func (s *Store) heartbeatArgs(replicaID string, id Identity, staleAfter time.Duration, start bool) []any {
+	return []any{replicaID, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds(),
+		pgdialect.Array(s.routes), id.Incarnation, id.Holder, id.Locked, start, start}
 }
 
 // CheckRelease returns an error wrapping ErrReleaseRetired if the schema's oldest release is

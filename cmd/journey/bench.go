@@ -572,13 +572,15 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 // stopped before the measured replicas start, so that it leaves all the work to them.
 func (b *benchmark) setUp(ctx context.Context) (err error) {
 	var hold atomic.Bool
+	// An OnSave that counts nothing: the measured replicas count the saves with theirs, and the
+	// two must be one definition of the graph's version (graph.Description).
 	g := b.graph(func(ctx context.Context) error {
 		if hold.Load() {
 			<-ctx.Done() // released to the measured replicas by Stop
 			return ctx.Err()
 		}
 		return nil
-	}, b.nodeOptions()...)
+	}, append(b.nodeOptions(), graph.OnSave(func(context.Context, graph.SaveEvent) {}))...)
 	cfg := b.runtimeConfig(g, "setup", 1)
 	// No sweep: the computation it holds during a long preload would pass its deadline, and
 	// be abandoned instead of released.
