@@ -38,6 +38,9 @@ type GraphVersion struct {
 	LastSeenAt  time.Time   `bun:"last_seen_at" json:"last_seen_at"`
 }
 
+// graphVersionColumns are the columns of graph_versions that GraphVersion holds.
+const graphVersionColumns = `graph_name, graph_version, nodes, mermaid, first_seen_at, last_seen_at`
+
 // Node returns the recorded node of that name.
 func (v *GraphVersion) Node(name string) (GraphNode, bool) {
 	for _, n := range v.Nodes {
@@ -101,7 +104,7 @@ func (s *Store) LoadGraphVersion(ctx context.Context, name, version string) (*Gr
 		return nil, err
 	}
 	var rows []GraphVersion
-	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.graph_versions WHERE graph_name = ? AND graph_version = ?`),
+	err := s.db.NewRaw(s.q(`SELECT `+graphVersionColumns+` FROM {s}.graph_versions WHERE graph_name = ? AND graph_version = ?`),
 		name, version).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("reading graph %q version %q: %w", name, version, err)
@@ -171,9 +174,8 @@ func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, 
 				WHERE graph_name = ? AND graph_version = ? RETURNING id, created_at),
 			attempts AS (UPDATE {s}.computations c SET graph_key = ?
 				WHERE c.execution_id IN (SELECT id FROM moved) AND c.graph_key = ?),
-			marked AS (INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
-				SELECT DISTINCT ?, v, date_trunc('minute', created_at) FROM moved, unnest(ARRAY[?, ?]) AS v
-				ON CONFLICT DO NOTHING)
+			marked AS (`+markFrom(`SELECT ?::text AS graph_name, v AS graph_version, date_trunc('minute', created_at) AS minute
+				FROM moved, unnest(ARRAY[?::text, ?::text]) AS v`)+`)
 			SELECT count(*) FROM moved`),
 			to, s.clock.NowOrNil(), s.clock.NowOrNil(), name, from, GraphKey(name, to), GraphKey(name, from),
 			name, from, to).Scan(ctx, &moved)

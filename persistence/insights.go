@@ -97,7 +97,7 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 		return nil, fmt.Errorf("%w: unknown scope %q: use %q, %q or %q", ErrBadRequest, q.Scope, ScopeActive, ScopeArchived, ScopeAll)
 	}
 	var versions []GraphVersion
-	err := s.db.NewRaw(s.q(`SELECT * FROM {s}.graph_versions WHERE graph_name = ? AND (? = '' OR graph_version = ?)
+	err := s.db.NewRaw(s.q(`SELECT `+graphVersionColumns+` FROM {s}.graph_versions WHERE graph_name = ? AND (? = '' OR graph_version = ?)
 		ORDER BY first_seen_at DESC, graph_version DESC LIMIT 1`), q.Graph, q.Version, q.Version).Scan(ctx, &versions)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("reading the graph versions: %w", err)
@@ -236,16 +236,35 @@ func binOf(x string) string {
 // rollLockKey names the advisory lock that a roll holds, one at a time per schema.
 func (s *Store) rollLockKey() string { return "journey-insights:" + s.schema }
 
+// markFrom returns the statement that marks the minutes that source lists (a query of
+// graph_name, graph_version and minute, in any order and with repeats) as out of date for the
+// roll. It inserts each minute's mark, or locks it if it is there already, until its transaction
+// ends: the roll claims a mark once the transaction that locked it has ended, and then recomputes
+// the minute from a snapshot that holds its writes. DO NOTHING would lock nothing, and the roll
+// could delete the mark and recompute the minute before the write commits: the write would never
+// be counted. ON CONFLICT DO UPDATE locks the row it finds even where its WHERE updates nothing.
+// The marks are taken in their key's order, which the roll's claim follows too, so that two
+// writes that mark the same minutes cannot deadlock.
+//
+// A write that marks a minute waits for another that holds its mark until that one has
+// committed: the mark goes with the COMMIT, for as short a wait as can be.
+func markFrom(source string) string {
+	return `INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
+		SELECT DISTINCT graph_name, graph_version, minute FROM (` + source + `) AS marked
+		ORDER BY graph_name, graph_version, minute
+		ON CONFLICT (graph_name, graph_version, minute, claimed) DO UPDATE SET claimed = false WHERE false`
+}
+
 // mark marks the minutes of the executions sts, loaded, as out of date for the roll, with the
-// COMMIT of t: a write that neither creates an execution nor ends an attempt calls it. A minute
-// already marked costs an index lookup.
+// COMMIT of t (see markFrom): a write that neither creates an execution nor ends an attempt calls
+// it.
 func (s *Store) mark(t *txn, sts []*execState) {
 	gs, vs, ms := make([]string, len(sts)), make([]string, len(sts)), make([]time.Time, len(sts))
 	for i, st := range sts {
 		gs[i], vs[i], ms[i] = st.exec.GraphName, st.exec.GraphVersion, st.exec.CreatedAt.Truncate(time.Minute)
 	}
-	t.atCommit(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
-		SELECT DISTINCT * FROM unnest($1::text[], $2::text[], $3::timestamptz[]) ON CONFLICT DO NOTHING`), gs, vs, ms)
+	t.atCommit(s.q(markFrom(`SELECT u.graph_name, u.graph_version, u.minute
+		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(graph_name, graph_version, minute)`)), gs, vs, ms)
 }
 
 // rollChunk is how many marked minutes one transaction of the roll brings up to date.
@@ -313,8 +332,15 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 			ON CONFLICT DO NOTHING`), w.From, w.From, !w.From.IsZero()).Exec(ctx); err != nil {
 			return fmt.Errorf("marking what changed since %v: %w", w.From, err)
 		}
-		if _, err := tx.NewRaw(s.q(`WITH c AS (DELETE FROM {s}.insight_marks WHERE NOT claimed RETURNING graph_name, graph_version, minute)
-			INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed) SELECT DISTINCT *, true FROM c
+		// The marks are locked in the writes' order (see markFrom); one that a write holds is
+		// claimed once the write has ended.
+		if _, err := tx.NewRaw(s.q(`WITH l AS MATERIALIZED (SELECT graph_name, graph_version, minute FROM {s}.insight_marks
+				WHERE NOT claimed ORDER BY graph_name, graph_version, minute FOR UPDATE),
+			c AS (DELETE FROM {s}.insight_marks m USING l
+				WHERE m.graph_name = l.graph_name AND m.graph_version = l.graph_version AND m.minute = l.minute AND NOT m.claimed
+				RETURNING m.graph_name, m.graph_version, m.minute)
+			INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
+			SELECT graph_name, graph_version, minute, true FROM c
 			ON CONFLICT DO NOTHING`)).Exec(ctx); err != nil {
 			return fmt.Errorf("claiming the marked minutes: %w", err)
 		}
@@ -415,16 +441,17 @@ func (s *Store) rollTx(ctx context.Context, timeout time.Duration, fn func(ctx c
 // Each execution's rows are found through its index, one lateral join each (OFFSET 0 keeps it
 // so): the planner takes a minute for 5,000 executions, and read every value of the table.
 var rollSQL = `WITH e AS (
-		SELECT e.id, b.g, b.v, b.m, e.created_at, e.archived
+		SELECT x.id, b.g, b.v, b.m, x.created_at, x.archived
 		FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m),
 			LATERAL (SELECT id, created_at, archived_at IS NOT NULL AS archived FROM {s}.executions
 				WHERE graph_name = b.g AND graph_version = b.v AND created_at >= b.m AND created_at < b.m + interval '1 minute'
-				OFFSET 0) e),
-	vals AS (SELECT e.*, x.node, x.set_at, x.first_at FROM e, LATERAL (SELECT v.node, v.set_at, least(v.set_at, (SELECT min(h.changed_at)
+				OFFSET 0) x),
+	vals AS (SELECT e.id, e.g, e.v, e.m, e.created_at, e.archived, x.node, x.set_at, x.first_at
+		FROM e, LATERAL (SELECT v.node, v.set_at, least(v.set_at, (SELECT min(h.changed_at)
 				FROM {s}.value_history h WHERE h.execution_id = e.id AND h.node = v.node AND h.value IS NOT NULL)) AS first_at
 			FROM {s}."values" v WHERE v.execution_id = e.id OFFSET 0) x),
-	last AS (SELECT DISTINCT ON (id) * FROM vals ORDER BY id, set_at DESC, node),
-	ran AS (SELECT e.*, c.node, c.state, c.finished_at, c.finished_at - c.claimed_at AS run
+	last AS (SELECT DISTINCT ON (id) id, g, v, m, archived, node, set_at FROM vals ORDER BY id, set_at DESC, node),
+	ran AS (SELECT e.id, e.g, e.v, e.m, e.archived, c.node, c.state, c.finished_at, c.finished_at - c.claimed_at AS run
 		FROM e, LATERAL (SELECT node, state, claimed_at, finished_at FROM {s}.computations
 			WHERE execution_id = e.id AND state IN ('SUCCESS', 'FAILED', 'ABANDONED') OFFSET 0) c),
 	facts AS (

@@ -3,10 +3,15 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
 )
 
 // A Set and an archiving neither create an execution nor end an attempt: they mark their minute,
@@ -125,4 +130,228 @@ func TestReadingDoesNotWaitForABusyRoll(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, ins.Pending)
 	require.EqualValues(t, 1, ins.Executions)
+}
+
+// pauseAfter makes each statement that does event (INSERT, UPDATE…) on table of the bundle's
+// schema wait at its end, in its transaction, until release is called (or the test ends).
+// waiting blocks until a transaction waits there, and returns its backend's pid.
+func (b *bundle) pauseAfter(t *testing.T, event, table string) (waiting func() int, release func()) {
+	t.Helper()
+	ctx := context.Background()
+	key := mrand.Int32()
+	conn, err := b.db.Conn(ctx)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", key)
+	require.NoError(t, err)
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			_, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock(?)", key)
+			require.NoError(t, err)
+			require.NoError(t, conn.Close())
+		}
+	}
+	t.Cleanup(release)
+	b.exec(t, fmt.Sprintf(`CREATE FUNCTION {s}.pause() RETURNS trigger LANGUAGE plpgsql
+		AS $$ BEGIN PERFORM pg_advisory_xact_lock_shared(%d); RETURN NULL; END $$`, key))
+	b.exec(t, fmt.Sprintf(`CREATE TRIGGER pause AFTER %s ON {s}.%s FOR EACH STATEMENT EXECUTE FUNCTION {s}.pause()`, event, table))
+	waiting = func() (pid int) {
+		waitFor(t, "a transaction paused after "+event+" on "+table, func() bool {
+			err := b.db.NewRaw(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 0 AND objid = ?::oid
+				AND objsubid = 1 AND NOT granted`, key).Scan(ctx, &pid)
+			if isNoRows(err) {
+				return false
+			}
+			require.NoError(t, err)
+			return true
+		})
+		return pid
+	}
+	return waiting, release
+}
+
+// async runs fn in a goroutine, and returns the channel of its error.
+func async(fn func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	return done
+}
+
+// waitEndedOrBlocked waits until the call whose error done brings has ended (it then gives the
+// error back in the returned channel), or until a statement waits for a lock that the backend
+// pid holds.
+func (b *bundle) waitEndedOrBlocked(t *testing.T, done <-chan error, pid int) <-chan error {
+	t.Helper()
+	again := make(chan error, 1)
+	waitFor(t, "the roll to end, or to wait for the paused write", func() bool {
+		select {
+		case err := <-done:
+			again <- err
+			return true
+		default:
+		}
+		var n int
+		require.NoError(t, b.db.NewRaw(`SELECT count(*) FROM pg_stat_activity WHERE ? = ANY(pg_blocking_pids(pid))`,
+			pid).Scan(context.Background(), &n))
+		return n > 0
+	})
+	if len(again) == 0 {
+		return done
+	}
+	return again
+}
+
+// A write that marks a minute already marked holds the mark until it commits: a roll that claims
+// the minute meanwhile waits for it, and then counts it. Without the lock, the roll deleted the
+// mark and recomputed the minute before the write committed, and the write was never counted.
+func TestRollWaitsForAWriteThatHoldsItsMark(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("marks", "v1", []graph.Node{graph.Input("x"), graph.Input("z")})
+	b := setup(t, g)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordGraphs(ctx))
+	e, err := b.store.CreateExecution(ctx, g)
+	require.NoError(t, err)
+	reached := func() []int64 {
+		ins, err := b.store.Insights(ctx, InsightsQuery{Graph: "marks"}.WithDefaults())
+		require.NoError(t, err)
+		require.Zero(t, ins.Pending)
+		return []int64{ins.Nodes[0].Reached, ins.Nodes[1].Reached}
+	}
+	require.Equal(t, []int64{0, 0}, reached())
+	b.clock.Advance(10 * time.Minute) // the watermark passes the execution's creation
+	require.Equal(t, []int64{0, 0}, reached())
+	_, err = b.store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
+	require.NoError(t, err) // its minute is marked
+
+	// A Set of z marks the minute again, and pauses after it, before its COMMIT.
+	waiting, release := b.pauseAfter(t, "UPDATE", "executions")
+	set := async(func() error {
+		_, err := b.store.SetValues(ctx, e.ID, map[string]json.RawMessage{"z": json.RawMessage(`1`)}, nil, nil)
+		return err
+	})
+	writer := waiting()
+	rolled := b.waitEndedOrBlocked(t, async(func() error {
+		_, err := b.store.RollInsights(ctx, "", 10*time.Second)
+		return err
+	}), writer)
+	release()
+	require.NoError(t, <-set)
+	require.NoError(t, <-rolled)
+	require.Equal(t, []int64{1, 1}, reached(), "the Set of z is counted")
+}
+
+// A move holds the marks of both versions until it commits: a roll that claims them meanwhile
+// waits, and then counts the moved executions under the new version alone.
+func TestRollWaitsForAMoveThatHoldsItsMarks(t *testing.T) {
+	t.Parallel()
+	v1 := graph.MustNew("moving", "v1", []graph.Node{graph.Input("x")})
+	v2 := graph.MustNew("moving", "v2", []graph.Node{graph.Input("x"), graph.Input("z")})
+	b := setup(t, v1, v2)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordGraphs(ctx))
+	var ids []string
+	for _, g := range []*graph.Graph{v1, v1, v2} {
+		e, err := b.store.CreateExecution(ctx, g)
+		require.NoError(t, err)
+		ids = append(ids, e.ID)
+	}
+	executions := func() []int64 {
+		var out []int64
+		for _, version := range []string{"v1", "v2"} {
+			ins, err := b.store.Insights(ctx, InsightsQuery{Graph: "moving", Version: version}.WithDefaults())
+			require.NoError(t, err)
+			require.Zero(t, ins.Pending)
+			out = append(out, ins.Executions)
+		}
+		return out
+	}
+	require.Equal(t, []int64{2, 1}, executions())
+	b.clock.Advance(10 * time.Minute)
+	require.Equal(t, []int64{2, 1}, executions())
+	for _, id := range []string{ids[0], ids[2]} { // the minute is marked under both versions
+		_, err := b.store.SetValues(ctx, id, map[string]json.RawMessage{"x": json.RawMessage(`1`)}, nil, nil)
+		require.NoError(t, err)
+	}
+
+	waiting, release := b.pauseAfter(t, "UPDATE", "executions")
+	moved := async(func() error {
+		n, err := b.store.MoveVersion(ctx, "moving", "v1", "v2")
+		if err == nil && n != 2 {
+			err = fmt.Errorf("moved %d executions, not 2", n)
+		}
+		return err
+	})
+	mover := waiting()
+	rolled := b.waitEndedOrBlocked(t, async(func() error {
+		_, err := b.store.RollInsights(ctx, "", 10*time.Second)
+		return err
+	}), mover)
+	release()
+	require.NoError(t, <-moved)
+	require.NoError(t, <-rolled)
+	require.Equal(t, []int64{0, 3}, executions(), "the moved executions count under v2 alone")
+}
+
+// Retention deletes history that insights count (a replaced value tells when its node had its
+// first value): it marks the minutes of the executions concerned, and the next reading counts
+// what is left.
+func TestRetentionMarksTheMinutesOfWhatItDeletes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordGraphs(ctx))
+	e, err := b.store.CreateExecution(ctx, b.g)
+	require.NoError(t, err)
+	set := func(v string) {
+		_, err := b.store.SetValues(ctx, e.ID, map[string]json.RawMessage{"x": json.RawMessage(v)}, nil, nil)
+		require.NoError(t, err)
+	}
+	toReach := func() time.Duration {
+		ins, err := b.store.Insights(ctx, InsightsQuery{Graph: "store"}.WithDefaults())
+		require.NoError(t, err)
+		require.Zero(t, ins.Pending)
+		require.EqualValues(t, 1, ins.Nodes[0].Reached)
+		return ins.Nodes[0].ToReachP50
+	}
+	set(`1`)
+	b.clock.Advance(time.Hour)
+	set(`2`)
+	b.clock.Advance(10 * time.Minute)
+	require.Less(t, toReach(), time.Millisecond, "x had its first value as the execution started")
+
+	deleted, _, err := b.store.prune(ctx, 30*time.Minute, 100)
+	require.NoError(t, err)
+	require.Positive(t, deleted)
+	require.InEpsilon(t, float64(time.Hour), float64(toReach()), 0.09, "the first value of x left is the one set an hour in")
+}
+
+// A write marks its minutes in their key's order, which the roll's claim follows too: two writes
+// that took the same marks in different orders could each hold one that the other waits for.
+func TestMarksAreTakenInKeyOrder(t *testing.T) {
+	t.Parallel()
+	g := graph.MustNew("marks", "v1", []graph.Node{graph.Input("x")})
+	b := setup(t, g)
+	ctx := context.Background()
+	var settings []Setting
+	var minutes []string
+	for range 12 {
+		e, err := b.store.CreateExecution(ctx, g)
+		require.NoError(t, err)
+		settings = append(settings, Setting{ID: e.ID, Set: map[string]json.RawMessage{"x": json.RawMessage(`1`)}})
+		minutes = append(minutes, e.CreatedAt.UTC().Format("15:04"))
+		b.clock.Advance(time.Minute)
+	}
+	slices.Reverse(settings)
+	b.exec(t, `CREATE TABLE {s}.mark_log (n serial PRIMARY KEY, minute timestamptz NOT NULL)`)
+	b.exec(t, `CREATE FUNCTION {s}.log_mark() RETURNS trigger LANGUAGE plpgsql
+		AS $$ BEGIN INSERT INTO {s}.mark_log (minute) VALUES (NEW.minute); RETURN NEW; END $$`)
+	b.exec(t, `CREATE TRIGGER log_mark BEFORE INSERT ON {s}.insight_marks FOR EACH ROW EXECUTE FUNCTION {s}.log_mark()`)
+	_, err := b.store.SetValuesOf(ctx, settings)
+	require.NoError(t, err)
+	var logged []string
+	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT to_char(minute AT TIME ZONE 'UTC', 'HH24:MI') FROM {s}.mark_log ORDER BY n`)).
+		Scan(ctx, &logged))
+	require.Equal(t, minutes, logged, "the marks are taken oldest minute first")
 }
