@@ -355,3 +355,58 @@ func TestMarksAreTakenInKeyOrder(t *testing.T) {
 		Scan(ctx, &logged))
 	require.Equal(t, minutes, logged, "the marks are taken oldest minute first")
 }
+
+// A move is refused while attempts of the version it moves from run: their outcomes would be
+// recorded by a version that is not theirs. It changes nothing, and goes once they have ended.
+func TestMoveVersionRefusesWhileAttemptsRun(t *testing.T) {
+	t.Parallel()
+	v1 := testGraph("store")
+	v2 := graph.MustNew("store", "v2", append(v1.Nodes(), graph.Input("z")))
+	b := setup(t, v1, v2)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordGraphs(ctx))
+	id := b.ready(t, 1)[0]
+	c := b.claimOne(t, "r1")
+
+	_, err := b.store.MoveVersion(ctx, "store", "v1", "v2")
+	require.ErrorIs(t, err, ErrBadRequest)
+	require.ErrorContains(t, err, `graph "store" version "v1" has 1 attempt(s) running`)
+	require.ErrorContains(t, err, "wait for them to end, or for the sweeper to abandon them")
+	e, err := b.store.LoadExecution(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "v1", e.GraphVersion, "nothing was moved")
+
+	require.NoError(t, b.store.Complete(ctx, c, json.RawMessage(`1`), map[string]int64{"x": 1}))
+	n, err := b.store.MoveVersion(ctx, "store", "v1", "v2")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
+
+// A replica that starts serving the version a move moves from, while the move runs, is seen by
+// the move's transaction: the move is refused, and changes nothing.
+func TestMoveVersionSeesAReplicaThatStartsServingMeanwhile(t *testing.T) {
+	t.Parallel()
+	v1 := graph.MustNew("moving", "v1", []graph.Node{graph.Input("x")})
+	v2 := graph.MustNew("moving", "v2", []graph.Node{graph.Input("x"), graph.Input("z")})
+	b := setup(t, v1, v2)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordGraphs(ctx))
+	e, err := b.store.CreateExecution(ctx, v1)
+	require.NoError(t, err)
+
+	waiting, release := b.pauseAfter(t, "UPDATE", "executions")
+	moved := async(func() error {
+		_, err := b.store.MoveVersion(ctx, "moving", "v1", "v2")
+		return err
+	})
+	waiting()
+	late := b.newStore(t, Config{Graphs: []*graph.Graph{v1}})
+	require.NoError(t, late.ReplicaHeartbeat(ctx, "late", time.Minute, true))
+	release()
+	err = <-moved
+	require.ErrorIs(t, err, ErrBadRequest)
+	require.ErrorContains(t, err, `graph "moving" version "v1" is still served by replica(s) late`)
+	got, err := b.store.LoadExecution(ctx, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, "v1", got.GraphVersion, "nothing was moved")
+}
