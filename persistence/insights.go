@@ -270,10 +270,107 @@ func (s *Store) mark(t *txn, sts []*execState) {
 // rollChunk is how many marked minutes one transaction of the roll brings up to date.
 const rollChunk = 32
 
-// rollLagCap bounds how far behind the transactions in progress the watermark stays: a
-// transaction of the runtime that stays open longer, and then creates an execution or ends an
-// attempt, is not marked (the next write to its execution marks it).
-const rollLagCap = time.Minute
+// The watermark. A roll marks the minutes of the executions created and of the attempts ended
+// since its watermark, found through the indexes on created_at and finished_at. A row is stamped
+// with the time its transaction began (or with the injected clock's), and a transaction still in
+// progress may commit rows stamped before the roll that looks: the watermark must stay behind
+// every transaction that may yet commit. pg_stat_activity's xact_start would say when each
+// began, but it is NULL for the sessions of other roles unless the reader has pg_read_all_stats,
+// which a dashboard's role has no reason to hold. What any role can read is pg_locks: every
+// transaction holds the lock of its virtual transaction id (vxid) from its start to its end. So
+// each roll records the vxids in progress, and a vxid that the previous roll did not see began
+// after that roll looked (watchMargin before it, for the moment between a transaction's start
+// and its lock). See nextWatch.
+//
+// rollLagCap: a transaction in progress for longer than this (an idle session left in a
+// transaction, a pg_dump) would hold the watermark back, and make every roll read all the rows
+// since it began. The watermark passes it instead, and once it has ended, one roll reads the rows
+// stamped from its start to the watermark once, keeping only those written by transaction ids
+// at least as new as the oldest in progress when it was first seen: its own are.
+const (
+	rollLagCap  = time.Minute
+	watchMargin = time.Second
+)
+
+// watch is what a roll leaves for the next (the table insight_watch): its watermark, when it
+// looked at the transactions in progress, and, for each (by vxid), when it began at the earliest
+// (Since) and the oldest transaction id it can write with (Xmins, 32 bits).
+type watch struct {
+	Watermark time.Time   `bun:"watermark"`
+	At        time.Time   `bun:"at"`
+	Vxids     []string    `bun:"vxids,array"`
+	Since     []time.Time `bun:"since,array"`
+	Xmins     []int64     `bun:"xmins,array"`
+}
+
+// sight is what a roll sees: the vxids of the transactions in progress in the database, but its
+// own; At, a time before it looked; Xmin, the oldest transaction id in progress before it looked
+// (32 bits), which a transaction it sees writes with, or a newer one.
+type sight struct {
+	At    time.Time `bun:"at"`
+	Xmin  int64     `bun:"xmin"`
+	Vxids []string  `bun:"vxids,array"`
+}
+
+// rollRange is what a roll marks: the rows stamped since From (every row at the first roll,
+// when From is zero), and those stamped from CatchUp to From by a transaction id at least as
+// new as CatchXmin (none if CatchUp is From).
+type rollRange struct {
+	From, CatchUp time.Time
+	CatchXmin     int64
+}
+
+// nextWatch decides what a roll marks, from what the last roll left (prev, nil at the first) and
+// what this one sees (now), and returns what it leaves for the next.
+//
+// Why no committed row is missed: let a row be stamped t by a transaction X, and let r be the
+// first roll that looks after X has ended; r marks with a statement that runs after it looked, so
+// it sees the row. If the roll before r did not see X, X began after it looked, so t is past
+// that roll's time, and r's From is not later than that time. If it did see X, r finds X ended:
+// either X's Since (when X began at the earliest, so before t) was not before r's From, or r
+// catches up from Since, keeping the rows of transaction ids as new as X's.
+func nextWatch(prev *watch, now sight) (rollRange, watch) {
+	r := rollRange{CatchXmin: now.Xmin}
+	began := time.Time{} // a transaction that the last roll did not see began after it looked
+	known := map[string]int{}
+	if prev != nil {
+		r.From, began = prev.Watermark, prev.At.Add(-watchMargin)
+		for i, v := range prev.Vxids {
+			known[v] = i
+		}
+	}
+	r.CatchUp = r.From
+	next := watch{Watermark: now.At.Add(-watchMargin), At: now.At, Vxids: []string{}, Since: []time.Time{}, Xmins: []int64{}}
+	seen := map[string]bool{}
+	for _, v := range now.Vxids {
+		since, xmin := began, now.Xmin
+		if i, ok := known[v]; ok {
+			since, xmin = prev.Since[i], prev.Xmins[i]
+		}
+		seen[v] = true
+		next.Vxids, next.Since, next.Xmins = append(next.Vxids, v), append(next.Since, since), append(next.Xmins, xmin)
+		if !since.Before(now.At.Add(-rollLagCap)) && since.Before(next.Watermark) {
+			next.Watermark = since
+		}
+	}
+	if prev == nil {
+		return r, next
+	}
+	catching := false
+	for i, v := range prev.Vxids {
+		if seen[v] || !prev.Since[i].Before(r.From) {
+			continue // still in progress, or its rows are past the watermark
+		}
+		if !catching || prev.Since[i].Before(r.CatchUp) {
+			r.CatchUp = prev.Since[i]
+		}
+		if !catching || int32(uint32(prev.Xmins[i])-uint32(r.CatchXmin)) < 0 { // transaction ids wrap around
+			r.CatchXmin = prev.Xmins[i]
+		}
+		catching = true
+	}
+	return r, next
+}
 
 // RollInBackground is the budget of a roll in the background (RollInsights), which the sweep
 // lease holder runs.
@@ -288,11 +385,11 @@ const (
 )
 
 // RollInsights brings the insight cells up to date: it marks the minutes of the executions
-// created and of the attempts ended since its watermark, claims the minutes that writes marked,
-// then brings the claimed minutes of graph ("" for every graph) up to date, a chunk per
-// transaction, until none is left or budget has passed. It returns how many marked minutes are
-// left, and at least 1 if it ran out of time before it marked what changed. The first roll marks
-// every minute that has executions.
+// created and of the attempts ended since its watermark (see nextWatch), claims the minutes that
+// writes marked, then brings the claimed minutes of graph ("" for every graph) up to date, a
+// chunk per transaction, until none is left or budget has passed. It returns how many marked
+// minutes are left, and at least 1 if it ran out of time before it marked what changed. The
+// first roll marks every minute that has executions.
 //
 // A reading's roll (a positive budget) stops each chunk's statement when the budget runs out, so
 // that the reading answers in time. A roll in the background (budget RollInBackground) leaves the
@@ -310,27 +407,46 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 		return max(budget-time.Since(began), 50*time.Millisecond)
 	}
 	err := s.rollTx(ctx, timeout(), func(ctx context.Context, tx bun.Tx) error {
-		// The new watermark stays behind the oldest transaction in progress: what it writes later
-		// carries its start time, or a later one.
-		var w struct {
-			From time.Time `bun:"from_at"` // the zero time at the first roll
-			Next time.Time `bun:"next_at"`
-		}
-		err := tx.NewRaw(s.q(`SELECT coalesce((SELECT at FROM {s}.insight_watermark), '0001-01-01Z') AS from_at,
-				coalesce(?::timestamptz, now()) - least(greatest(now() - coalesce((SELECT min(xact_start) FROM pg_stat_activity
-					WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()), now()),
-					interval '0'), ? * interval '1 millisecond') - interval '1 second' AS next_at`),
-			s.clock.NowOrNil(), rollLagCap.Milliseconds()).Scan(ctx, &w)
-		if err != nil {
+		var prev []watch
+		err := tx.NewRaw(s.q(`SELECT watermark, at, vxids, since, xmins FROM {s}.insight_watch`)).Scan(ctx, &prev)
+		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("reading the watermark: %w", err)
 		}
+		// What is in progress is read before the rows are: a statement's snapshot is taken as
+		// it starts.
+		var now sight
+		err = tx.NewRaw(`SELECT coalesce(?::timestamptz, statement_timestamp()) AS at,
+				pg_snapshot_xmin(pg_current_snapshot())::text::bigint % 4294967296 AS xmin,
+				array(SELECT l.virtualtransaction FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+					WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+						AND a.datname = current_database() AND l.pid <> pg_backend_pid() ORDER BY 1) AS vxids`,
+			s.clock.NowOrNil()).Scan(ctx, &now)
+		if err != nil {
+			return fmt.Errorf("reading the transactions in progress: %w", err)
+		}
+		var r rollRange
+		var next watch
+		if len(prev) == 0 {
+			r, next = nextWatch(nil, now)
+		} else {
+			r, next = nextWatch(&prev[0], now)
+		}
+		// The executions created and the attempts ended since the watermark (at the first roll,
+		// every execution), and, catching up, those of transactions as new as CatchXmin.
 		if _, err := tx.NewRaw(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
 				SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions WHERE created_at >= ?
 				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
 				FROM {s}.computations c JOIN {s}.executions e ON e.id = c.execution_id
-				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND ? -- at the first roll, every execution's minute is marked
-			ON CONFLICT DO NOTHING`), w.From, w.From, !w.From.IsZero()).Exec(ctx); err != nil {
-			return fmt.Errorf("marking what changed since %v: %w", w.From, err)
+				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND ?
+				UNION SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions
+				WHERE created_at >= ? AND created_at < ? AND age(xmin) <= age(?::text::xid)
+				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
+				FROM {s}.computations c JOIN {s}.executions e ON e.id = c.execution_id
+				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND c.finished_at < ?
+					AND age(c.xmin) <= age(?::text::xid)
+			ON CONFLICT DO NOTHING`), r.From, r.From, !r.From.IsZero(), r.CatchUp, r.From, r.CatchXmin,
+			r.CatchUp, r.From, r.CatchXmin).Exec(ctx); err != nil {
+			return fmt.Errorf("marking what changed since %v: %w", r.From, err)
 		}
 		// The marks are locked in the writes' order (see markFrom); one that a write holds is
 		// claimed once the write has ended.
@@ -344,8 +460,10 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 			ON CONFLICT DO NOTHING`)).Exec(ctx); err != nil {
 			return fmt.Errorf("claiming the marked minutes: %w", err)
 		}
-		_, err = tx.NewRaw(s.q(`INSERT INTO {s}.insight_watermark (at) VALUES (greatest(?::timestamptz, ?::timestamptz))
-			ON CONFLICT (one) DO UPDATE SET at = excluded.at`), w.From, w.Next).Exec(ctx)
+		_, err = tx.NewRaw(s.q(`INSERT INTO {s}.insight_watch (one, watermark, at, vxids, since, xmins) VALUES (true, ?, ?, ?, ?, ?)
+			ON CONFLICT (one) DO UPDATE SET watermark = excluded.watermark, at = excluded.at, vxids = excluded.vxids,
+				since = excluded.since, xmins = excluded.xmins`),
+			next.Watermark, next.At, pgdialect.Array(next.Vxids), pgdialect.Array(next.Since), pgdialect.Array(next.Xmins)).Exec(ctx)
 		return err
 	})
 	marked := err == nil

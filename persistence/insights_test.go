@@ -2,16 +2,22 @@ package persistence
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
+	"github.com/journey-go/journey/migrations"
 )
 
 // A Set and an archiving neither create an execution nor end an attempt: they mark their minute,
@@ -409,4 +415,84 @@ func TestMoveVersionSeesAReplicaThatStartsServingMeanwhile(t *testing.T) {
 	got, err := b.store.LoadExecution(ctx, e.ID)
 	require.NoError(t, err)
 	require.Equal(t, "v1", got.GraphVersion, "nothing was moved")
+}
+
+// A reader whose role cannot see when other roles' transactions began (a dashboard's role, granted
+// by journey migrate -grant) keeps the watermark behind them all the same: an execution created
+// by a transaction that stays open across its rolls is counted once it commits.
+func TestWatermarkStaysBehindTransactionsOfOtherRoles(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	role := "jt_insights_" + strings.ToLower(rand.Text()[:8])
+	b.exec(t, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { // before the schema's drop: DROP OWNED revokes the role's grants
+		_, err := b.db.ExecContext(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role)
+		assert.NoError(t, err)
+	})
+	require.NoError(t, migrations.Grant(ctx, b.db, b.schema, role))
+	u, err := url.Parse(pgtest.URL(t))
+	require.NoError(t, err)
+	u.User = url.User(role)
+	reader, err := New(Config{DB: pgtest.BunDB(t, u.String()), Schema: b.schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock,
+		Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, b.store.RecordGraphs(ctx))
+	_, err = b.store.CreateExecution(ctx, b.g)
+	require.NoError(t, err)
+	executions := func() int64 {
+		ins, err := reader.Insights(ctx, InsightsQuery{Graph: "store"}.WithDefaults())
+		require.NoError(t, err)
+		require.Zero(t, ins.Pending)
+		return ins.Executions
+	}
+	require.EqualValues(t, 1, executions())
+
+	waiting, release := b.pauseAfter(t, "INSERT", "executions")
+	created := async(func() error {
+		_, err := b.store.CreateExecution(ctx, b.g)
+		return err
+	})
+	writer := waiting()
+	var began *time.Time
+	require.NoError(t, reader.db.NewRaw("SELECT xact_start FROM pg_stat_activity WHERE pid = ?", writer).Scan(ctx, &began))
+	require.Nil(t, began, "the reader's role cannot see when the creation began")
+	b.clock.Advance(10 * time.Minute)
+	require.EqualValues(t, 1, executions())
+	require.EqualValues(t, 1, executions())
+	release()
+	require.NoError(t, <-created)
+	require.EqualValues(t, 2, executions(), "the execution created in the open transaction is counted")
+}
+
+// The watermark stays behind the transactions in progress that began since the last roll looked,
+// passes those in progress for longer than rollLagCap, and catches up on their rows once they
+// have ended.
+func TestNextWatch(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+
+	r, w := nextWatch(nil, sight{At: t0, Xmin: 100, Vxids: []string{"3/1"}})
+	require.Equal(t, rollRange{CatchXmin: 100}, r, "the first roll marks every row")
+	require.Equal(t, watch{Watermark: at(-watchMargin), At: t0, Vxids: []string{"3/1"}, Since: []time.Time{{}},
+		Xmins: []int64{100}}, w, "a transaction in progress at the first roll may have begun at any time: it is long")
+
+	// 3/1 goes on, 4/7 begins after the roll looked, 3/1 ends, then 4/7.
+	r, w = nextWatch(&w, sight{At: at(10 * time.Second), Xmin: 105, Vxids: []string{"3/1", "4/7"}})
+	require.Equal(t, rollRange{From: at(-watchMargin), CatchUp: at(-watchMargin), CatchXmin: 105}, r)
+	require.Equal(t, at(-watchMargin), w.Watermark, "behind 4/7, which began after the last roll looked")
+	require.Equal(t, []time.Time{{}, at(-watchMargin)}, w.Since)
+	r, w = nextWatch(&w, sight{At: at(20 * time.Second), Xmin: 106, Vxids: []string{"4/7"}})
+	require.Equal(t, rollRange{From: at(-watchMargin), CatchUp: time.Time{}, CatchXmin: 100}, r,
+		"3/1 has ended: its rows, from any time, of its transaction ids on")
+	require.Equal(t, at(-watchMargin), w.Watermark)
+	r, w = nextWatch(&w, sight{At: at(2 * time.Minute), Xmin: 110, Vxids: []string{"4/7"}})
+	require.Equal(t, rollRange{From: at(-watchMargin), CatchUp: at(-watchMargin), CatchXmin: 110}, r)
+	require.Equal(t, at(2*time.Minute-watchMargin), w.Watermark, "4/7 has been in progress for longer than rollLagCap")
+	r, w = nextWatch(&w, sight{At: at(3 * time.Minute), Xmin: 4294967290, Vxids: []string{}})
+	require.Equal(t, rollRange{From: at(2*time.Minute - watchMargin), CatchUp: at(-watchMargin), CatchXmin: 105}, r,
+		"4/7 has ended: its rows since it began, of its transaction ids on (ids wrap around)")
+	require.Equal(t, watch{Watermark: at(3*time.Minute - watchMargin), At: at(3 * time.Minute), Vxids: []string{},
+		Since: []time.Time{}, Xmins: []int64{}}, w)
 }
