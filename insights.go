@@ -22,14 +22,16 @@ const (
 type InsightsOptions struct {
 	// Version, if set, keeps the executions of that version. Default: all versions.
 	Version string
-	// Since is the window: the executions started since this long ago. Default 24 hours.
+	// Since is the window: the executions started since this long ago. Default 24 hours; 100
+	// years at most.
 	Since time.Duration
 	// Scope: ScopeActive (default), ScopeArchived or ScopeAll.
 	Scope Scope
 	// IdleAfter: an execution ends at its last value once it has had no write for this long
 	// (NodeInsight.EndsHere). Default 24 hours.
 	IdleAfter time.Duration
-	// Bucket is the series' bucket. Default: chosen from Since, 48 buckets at most.
+	// Bucket is the series' bucket, a whole number of minutes. Default: chosen from Since, 48
+	// buckets at most. The series holds 10,000 buckets at most.
 	Bucket time.Duration
 }
 
@@ -47,8 +49,8 @@ type NodeInsight = persistence.NodeInsight
 type InsightPoint = persistence.InsightPoint
 
 // Insights reads the insights of the graph named graphName (see the type Insights). A graph that
-// no replica has recorded is ErrUnknownGraph; a negative window, idle time or bucket is an error
-// that says so.
+// no replica has recorded is ErrUnknownGraph; a negative window, idle time or bucket, or one
+// past the limits of InsightsOptions, is an error that says so, and changes nothing.
 func (r *Runtime) Insights(ctx context.Context, graphName string, opts InsightsOptions) (*Insights, error) {
 	if err := r.check(); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package journey_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -142,4 +143,8 @@ func TestInsightsFunnel(t *testing.T) {
 	require.ErrorContains(t, err, "insights need a positive window, bucket and idle time")
 	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Bucket: -time.Minute})
 	require.ErrorContains(t, err, "positive window, bucket")
+	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Since: math.MaxInt64})
+	require.ErrorContains(t, err, "an insights window or bucket is 100 years (876000h0m0s) at most")
+	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Since: time.Hour, Bucket: math.MaxInt64 / time.Minute * time.Minute})
+	require.ErrorContains(t, err, "an insights window or bucket is 100 years (876000h0m0s) at most")
 }

@@ -438,6 +438,17 @@ func TestInsightsPageInBrowser(t *testing.T) {
 	require.Equal(t, started, points["started"])
 	require.Equal(t, succeeded, points["succeeded"])
 	require.Equal(t, failed, points["failed"])
+
+	// A window that the series cannot hold is refused, naming the limit.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/insights/shop?since=2562047h", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, string(body), "an insights window or bucket is 100 years (876000h0m0s) at most (got 2562047h0m0s")
 	if path := os.Getenv("JOURNEY_UI_INSIGHTS_SCREENSHOT"); path != "" {
 		require.NoError(t, os.WriteFile(path, get(t, ctx, chromedp.FullScreenshot(100)), 0o644))
 	}

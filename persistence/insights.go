@@ -91,8 +91,14 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	case q.Since <= 0 || q.Bucket <= 0 || q.IdleAfter <= 0:
 		return nil, fmt.Errorf("%w: insights need a positive window, bucket and idle time (got %v, %v and %v)",
 			ErrBadRequest, q.Since, q.Bucket, q.IdleAfter)
+	case q.Since > MaxInsightsWindow || q.Bucket > MaxInsightsWindow:
+		return nil, fmt.Errorf("%w: an insights window or bucket is 100 years (%v) at most (got %v and %v)",
+			ErrBadRequest, MaxInsightsWindow, q.Since, q.Bucket)
 	case q.Bucket%time.Minute != 0:
 		return nil, fmt.Errorf("%w: an insights bucket is a whole number of minutes (got %v)", ErrBadRequest, q.Bucket)
+	case (q.Since+q.Bucket-1)/q.Bucket > MaxInsightsBuckets:
+		return nil, fmt.Errorf("%w: an insights series holds %d buckets at most: a window of %v in buckets of %v would take %d; "+
+			"use a larger bucket", ErrBadRequest, MaxInsightsBuckets, q.Since, q.Bucket, (q.Since+q.Bucket-1)/q.Bucket)
 	case q.Scope != ScopeActive && q.Scope != ScopeArchived && q.Scope != ScopeAll:
 		return nil, fmt.Errorf("%w: unknown scope %q: use %q, %q or %q", ErrBadRequest, q.Scope, ScopeActive, ScopeArchived, ScopeAll)
 	}
@@ -113,7 +119,7 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	if err != nil {
 		return nil, fmt.Errorf("reading the time: %w", err)
 	}
-	buckets := int((q.Since + q.Bucket - 1) / q.Bucket)
+	buckets := int((q.Since + q.Bucket - 1) / q.Bucket) // checked above: the sum cannot overflow
 	end := now.Truncate(time.Minute).Add(time.Minute)
 	start := end.Add(-time.Duration(buckets) * q.Bucket)
 	out.Series = make([]InsightPoint, buckets)
@@ -604,6 +610,14 @@ const (
 	DefaultInsightsSince = 24 * time.Hour
 	DefaultIdleAfter     = 24 * time.Hour
 	maxSeriesBuckets     = 48
+)
+
+// The limits of an InsightsQuery: a window or a bucket of 100 years at most, and a series of
+// MaxInsightsBuckets buckets at most, which the default bucket never exceeds. Beyond, the window's
+// arithmetic overflows a time.Duration, or the series would not fit in memory.
+const (
+	MaxInsightsWindow  = 100 * 365 * 24 * time.Hour
+	MaxInsightsBuckets = 10_000
 )
 
 // bucketSizes are the sizes a series' bucket is chosen among.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"net/url"
 	"slices"
@@ -495,4 +496,36 @@ func TestNextWatch(t *testing.T) {
 		"4/7 has ended: its rows since it began, of its transaction ids on (ids wrap around)")
 	require.Equal(t, watch{Watermark: at(3*time.Minute - watchMargin), At: at(3 * time.Minute), Vxids: []string{},
 		Since: []time.Time{}, Xmins: []int64{}}, w)
+}
+
+// A window or a bucket that the series cannot hold is refused, naming the limit, before anything
+// is rolled.
+func TestInsightsRefuseAWindowTheyCannotHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordGraphs(ctx))
+	_, err := b.store.CreateExecution(ctx, b.g)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		q    InsightsQuery
+		want string
+	}{
+		{InsightsQuery{Since: math.MaxInt64}, "an insights window or bucket is 100 years (876000h0m0s) at most"},
+		{InsightsQuery{Since: time.Hour, Bucket: math.MaxInt64 / time.Minute * time.Minute}, "100 years (876000h0m0s) at most"},
+		{InsightsQuery{Since: MaxInsightsWindow, Bucket: time.Minute}, "an insights series holds 10000 buckets at most: " +
+			"a window of 876000h0m0s in buckets of 1m0s would take 52560000; use a larger bucket"},
+	} {
+		tc.q.Graph = "store"
+		_, err := b.store.Insights(ctx, tc.q.WithDefaults())
+		require.ErrorIs(t, err, ErrBadRequest)
+		require.ErrorContains(t, err, tc.want)
+	}
+	var rolled int
+	require.NoError(t, b.db.NewRaw(b.store.q("SELECT count(*) FROM {s}.insight_watch")).Scan(ctx, &rolled))
+	require.Zero(t, rolled, "nothing was rolled")
+	ins, err := b.store.Insights(ctx, InsightsQuery{Graph: "store", Since: MaxInsightsWindow}.WithDefaults())
+	require.NoError(t, err, "the longest window, in the default bucket")
+	require.EqualValues(t, 1, ins.Executions)
+	require.Len(t, ins.Series, 5215)
 }

@@ -73,6 +73,10 @@ func TestInsightsCommand(t *testing.T) {
 	require.Regexp(t, `signup\s+input\s+█{30}\s+10\s+100.0%`, stdout)
 	require.Regexp(t, `email\s+input\s+█{12}\s+4\s+40.0%`, stdout)
 
+	code, stdout, stderr = runAs(t, url, "insights", "funnel", "-schema", schema, "-since", "2562047h")
+	require.Equal(t, 1, code, stdout)
+	require.Contains(t, stderr, "an insights window or bucket is 100 years (876000h0m0s) at most (got 2562047h0m0s")
+
 	code, _, stderr = runAs(t, url, "insights", "nope", "-schema", schema)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, `no replica has recorded graph "nope"`)
