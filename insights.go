@@ -27,8 +27,8 @@ type InsightsOptions struct {
 	Since time.Duration
 	// Scope: ScopeActive (default), ScopeArchived or ScopeAll.
 	Scope Scope
-	// IdleAfter: an execution ends at its last value once it has had no write for this long
-	// (NodeInsight.EndsHere). Default 24 hours.
+	// IdleAfter: an execution that has not failed for good ends at its last value once it has
+	// had no write for this long (NodeInsight.EndsHere). Default 24 hours.
 	IdleAfter time.Duration
 	// Bucket is the series' bucket, a whole number of minutes. Default: chosen from Since, 48
 	// buckets at most. The series holds 10,000 buckets at most.
@@ -37,9 +37,11 @@ type InsightsOptions struct {
 
 // Insights says where the executions of a graph go and where they stop, and how its work went over
 // time: per node, in graph order, the executions that reached it and how long they took, those
-// that ended there, and its attempts, failures and run times; and a series of executions started
-// and attempts finished per bucket. The nodes are those of the newest version recorded (or of
-// opts.Version). Attempts that retention deleted (Config.Retention) are not counted.
+// that ended there, those that failed for good there (NodeInsight.FailedForGood: the node's last
+// attempt failed or was abandoned, with no retry left), and its attempts, failures and run times;
+// and a series of executions started, attempts finished and executions failed for good per
+// bucket. The nodes are those of the newest version recorded (or of opts.Version). Attempts that
+// retention deleted (Config.Retention) are not counted.
 type Insights = persistence.Insights
 
 // NodeInsight is a node's part of Insights.

@@ -59,20 +59,28 @@ type NodeInsight struct {
 	// ToReach is the time from an execution's start to the node's first value. Every duration of
 	// Insights is estimated from a histogram, within 9%.
 	ToReachP50, ToReachP95 time.Duration
-	// EndsHere counts the executions whose last value written is this node's, and that have had no
-	// write since for IdleAfter, to the second.
+	// EndsHere counts the executions that end at this node: those that failed for good here
+	// (FailedForGood), and those that did not fail whose last value written is this node's, and
+	// that have had no write since for IdleAfter, to the second.
 	EndsHere int64
+	// FailedForGood counts the executions that failed for good at this node: its newest attempt
+	// failed or was abandoned, with no retry left. An execution fails at one node, the first to
+	// fail for good; a node's failed attempts are Failures.
+	FailedForGood int64
 	// Attempts counts the attempts that ran and ended: succeeded, Failures (FAILED) and
 	// Abandonments; the run time is their time from claim to finish, for the nodes that run.
 	Attempts, Failures, Abandonments int64
 	RunP50, RunP95                   time.Duration
 }
 
-// InsightPoint is one bucket of the series, starting at At.
+// InsightPoint is one bucket of the series, starting at At: the executions Started in it; the
+// attempts that Succeeded, Failed and were Abandoned in it, and their run times; and the
+// executions that FailedForGood in it (NodeInsight.FailedForGood).
 type InsightPoint struct {
 	At                                    time.Time
 	Started, Succeeded, Failed, Abandoned int64
 	RunP50, RunP95                        time.Duration
+	FailedForGood                         int64
 }
 
 // Insights read the cells of the minutes in the window, which the roll keeps up to date (see
@@ -130,8 +138,8 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	// and their histograms.
 	where := ` FROM {s}.insight_cells WHERE graph_name = ? AND minute >= ? AND minute < ? AND (? = '' OR graph_version = ?)
 		AND (? = 'all' OR archived = (? = 'archived'))`
-	point := `CASE measure WHEN 'executions' THEN floor(extract(epoch FROM minute - ?::timestamptz) / ?)
-		WHEN 'finished' THEN floor(extract(epoch FROM at - ?::timestamptz) / ?) ELSE -1 END::int AS i`
+	point := `CASE WHEN measure = 'executions' THEN floor(extract(epoch FROM minute - ?::timestamptz) / ?)
+		WHEN measure IN ('finished', 'failed') THEN floor(extract(epoch FROM at - ?::timestamptz) / ?) ELSE -1 END::int AS i`
 	pointArgs := []any{start, q.Bucket.Seconds(), start, q.Bucket.Seconds()}
 	whereArgs := []any{q.Graph, start, end, q.Version, q.Version, q.Scope, q.Scope}
 	var sums []struct {
@@ -175,6 +183,8 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 		case r.Measure == "finished" && inWindow(r.I):
 			p := &out.Series[r.I]
 			p.Succeeded, p.Failed, p.Abandoned = p.Succeeded+r.N, p.Failed+r.Failed, p.Abandoned+r.Abandoned
+		case r.Measure == "failed" && inWindow(r.I):
+			out.Series[r.I].FailedForGood += r.N
 		}
 	}
 	hists, points := map[key]histogram{}, make([]histogram, buckets)
@@ -199,9 +209,10 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	out.ToLastValueP50, out.ToLastValueP95 = last.quantile(0.5), last.quantile(0.95)
 	for _, n := range versions[0].Nodes {
 		reach, ran := hists[key{"reached", n.Name}], totals[key{"ran", n.Name}]
+		failed := totals[key{"failed", n.Name}].n
 		ni := NodeInsight{Node: n.Name, Kind: kindOf(n.Kind), Reached: totals[key{"reached", n.Name}].n,
-			ToReachP50: reach.quantile(0.5), ToReachP95: reach.quantile(0.95), EndsHere: totals[key{"ended", n.Name}].n,
-			Attempts: ran.n, Failures: ran.failed, Abandonments: ran.abandoned}
+			ToReachP50: reach.quantile(0.5), ToReachP95: reach.quantile(0.95), EndsHere: totals[key{"ended", n.Name}].n + failed,
+			FailedForGood: failed, Attempts: ran.n, Failures: ran.failed, Abandonments: ran.abandoned}
 		ni.RunP50, ni.RunP95 = hists[key{"ran", n.Name}].quantile(0.5), hists[key{"ran", n.Name}].quantile(0.95)
 		if out.Executions > 0 {
 			ni.ReachedPct = 100 * float64(ni.Reached) / float64(out.Executions)
@@ -564,6 +575,10 @@ func (s *Store) rollTx(ctx context.Context, timeout time.Duration, fn func(ctx c
 // the executions that started in them, their values and their attempts (see migration 0021).
 // Each execution's rows are found through its index, one lateral join each (OFFSET 0 keeps it
 // so): the planner takes a minute for 5,000 executions, and read every value of the table.
+//
+// An execution that failed for good ends at the node that failed, the first whose newest attempt
+// failed or was abandoned: its measure "failed" counts it there, at the minute it failed, and its
+// last value is no measure "ended".
 var rollSQL = `WITH e AS (
 		SELECT x.id, b.g, b.v, b.m, x.created_at, x.archived
 		FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m),
@@ -575,14 +590,22 @@ var rollSQL = `WITH e AS (
 				FROM {s}.value_history h WHERE h.execution_id = e.id AND h.node = v.node AND h.value IS NOT NULL)) AS first_at
 			FROM {s}."values" v WHERE v.execution_id = e.id OFFSET 0) x),
 	last AS (SELECT DISTINCT ON (id) id, g, v, m, archived, node, set_at FROM vals ORDER BY id, set_at DESC, node),
-	ran AS (SELECT e.id, e.g, e.v, e.m, e.archived, c.node, c.state, c.finished_at, c.finished_at - c.claimed_at AS run
-		FROM e, LATERAL (SELECT node, state, claimed_at, finished_at FROM {s}.computations
-			WHERE execution_id = e.id AND state IN ('SUCCESS', 'FAILED', 'ABANDONED') OFFSET 0) c),
+	att AS (SELECT e.id, e.g, e.v, e.m, e.archived, c.cid, c.node, c.state, c.claimed_at, c.finished_at
+		FROM e, LATERAL (SELECT id AS cid, node, state, claimed_at, finished_at FROM {s}.computations
+			WHERE execution_id = e.id OFFSET 0) c),
+	ran AS (SELECT id, g, v, m, archived, node, state, finished_at, finished_at - claimed_at AS run FROM att
+		WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED')),
+	newest AS (SELECT DISTINCT ON (id, node) id, g, v, m, archived, node, state, coalesce(finished_at, m) AS finished_at
+		FROM att ORDER BY id, node, cid DESC),
+	failed AS (SELECT DISTINCT ON (id) id, g, v, m, archived, node, finished_at FROM newest
+		WHERE state IN ('FAILED', 'ABANDONED') ORDER BY id, finished_at, node),
 	facts AS (
 		SELECT e.g, e.v, e.m, e.archived, 'executions' AS measure, '' AS node, e.m AS at, l.set_at - e.created_at AS d, NULL AS state
 		FROM e LEFT JOIN last l ON l.id = e.id
 		UNION ALL SELECT g, v, m, archived, 'reached', node, m, first_at - created_at, NULL FROM vals
-		UNION ALL SELECT g, v, m, archived, 'ended', node, date_trunc('second', set_at), NULL, NULL FROM last
+		UNION ALL SELECT l.g, l.v, l.m, l.archived, 'ended', l.node, date_trunc('second', l.set_at), NULL, NULL FROM last l
+			WHERE NOT EXISTS (SELECT FROM failed f WHERE f.id = l.id)
+		UNION ALL SELECT g, v, m, archived, 'failed', node, date_trunc('minute', finished_at), NULL, NULL FROM failed
 		UNION ALL SELECT g, v, m, archived, 'ran', node, m, run, state FROM ran
 		UNION ALL SELECT g, v, m, archived, 'finished', '', date_trunc('minute', finished_at), run, state FROM ran),
 	binned AS (SELECT g, v, m, archived, measure, node, at, ` + binOf("d") + ` AS bin, count(*) AS n,

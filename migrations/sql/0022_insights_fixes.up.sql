@@ -9,6 +9,11 @@
 -- now records the transactions it sees in progress in pg_locks, which every role can read, and a
 -- transaction that the roll before did not see began after that one looked
 -- (persistence/insights.go: nextWatch). insight_watermark is left to older releases.
+--
+-- insight_cells gains a measure, with no change to the table:
+--   failed: n executions that failed for good at node (its newest attempt failed or was
+--           abandoned; an execution fails at the first such node), in the minute "at". Such an
+--           execution ends there: its last value is no measure "ended".
 CREATE TABLE IF NOT EXISTS {{schema}}.insight_watch (
     one       boolean       PRIMARY KEY DEFAULT true CHECK (one),
     -- The next roll marks the rows stamped since.
