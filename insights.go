@@ -22,22 +22,26 @@ const (
 type InsightsOptions struct {
 	// Version, if set, keeps the executions of that version. Default: all versions.
 	Version string
-	// Since is the window: the executions started since this long ago. Default 24 hours.
+	// Since is the window: the executions started since this long ago. Default 24 hours; 100
+	// years at most.
 	Since time.Duration
 	// Scope: ScopeActive (default), ScopeArchived or ScopeAll.
 	Scope Scope
-	// IdleAfter: an execution ends at its last value once it has had no write for this long
-	// (NodeInsight.EndsHere). Default 24 hours.
+	// IdleAfter: an execution that has not failed for good ends at its last value once it has
+	// had no write for this long (NodeInsight.EndsHere). Default 24 hours.
 	IdleAfter time.Duration
-	// Bucket is the series' bucket. Default: chosen from Since, 48 buckets at most.
+	// Bucket is the series' bucket, a whole number of minutes. Default: chosen from Since, 48
+	// buckets at most. The series holds 10,000 buckets at most.
 	Bucket time.Duration
 }
 
 // Insights says where the executions of a graph go and where they stop, and how its work went over
 // time: per node, in graph order, the executions that reached it and how long they took, those
-// that ended there, and its attempts, failures and run times; and a series of executions started
-// and attempts finished per bucket. The nodes are those of the newest version recorded (or of
-// opts.Version). Attempts that retention deleted (Config.Retention) are not counted.
+// that ended there, those that failed for good there (NodeInsight.FailedForGood: the node's last
+// attempt failed or was abandoned, with no retry left), and its attempts, failures and run times;
+// and a series of executions started, attempts finished and executions failed for good per
+// bucket. The nodes are those of the newest version recorded (or of opts.Version). Attempts that
+// retention deleted (Config.Retention) are not counted.
 type Insights = persistence.Insights
 
 // NodeInsight is a node's part of Insights.
@@ -47,8 +51,8 @@ type NodeInsight = persistence.NodeInsight
 type InsightPoint = persistence.InsightPoint
 
 // Insights reads the insights of the graph named graphName (see the type Insights). A graph that
-// no replica has recorded is ErrUnknownGraph; a negative window, idle time or bucket is an error
-// that says so.
+// no replica has recorded is ErrUnknownGraph; a negative window, idle time or bucket, or one
+// past the limits of InsightsOptions, is an error that says so, and changes nothing.
 func (r *Runtime) Insights(ctx context.Context, graphName string, opts InsightsOptions) (*Insights, error) {
 	if err := r.check(); err != nil {
 		return nil, err

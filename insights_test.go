@@ -3,6 +3,7 @@ package journey_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -77,39 +78,42 @@ func TestInsightsFunnel(t *testing.T) {
 	require.EqualValues(t, 100, ins.Executions)
 	require.Positive(t, ins.ToLastValueP95)
 	type row struct {
-		node                                   string
-		kind                                   graph.Kind
-		reached                                int64
-		pct                                    float64
-		ends, attempts, failures, abandonments int64
+		node                                                  string
+		kind                                                  graph.Kind
+		reached                                               int64
+		pct                                                   float64
+		ends, failedForGood, attempts, failures, abandonments int64
 	}
 	var got []row
 	for _, n := range ins.Nodes {
-		got = append(got, row{n.Node, n.Kind, n.Reached, n.ReachedPct, n.EndsHere, n.Attempts, n.Failures, n.Abandonments})
+		got = append(got, row{n.Node, n.Kind, n.Reached, n.ReachedPct, n.EndsHere, n.FailedForGood, n.Attempts, n.Failures, n.Abandonments})
 	}
+	// The 5 bad codes end where they failed for good, at verified, not at their last value.
 	require.Equal(t, []row{
-		{"signup", graph.KindInput, 100, 100, 40, 0, 0, 0},
-		{"email", graph.KindInput, 60, 60, 25, 0, 0, 0},
-		{"code", graph.KindInput, 35, 35, 5, 0, 0, 0},
-		{"verified", graph.KindCompute, 30, 30, 30, 35, 5, 0},
+		{"signup", graph.KindInput, 100, 100, 40, 0, 0, 0, 0},
+		{"email", graph.KindInput, 60, 60, 25, 0, 0, 0, 0},
+		{"code", graph.KindInput, 35, 35, 0, 0, 0, 0, 0},
+		{"verified", graph.KindCompute, 30, 30, 35, 5, 35, 5, 0},
 	}, got)
 	require.Positive(t, ins.Nodes[3].RunP95)
 	require.LessOrEqual(t, ins.Nodes[1].ToReachP50, ins.Nodes[3].ToReachP50, "email comes before verified")
 
 	// The series: an hour in 5-minute buckets, all the work in the last.
 	require.Len(t, ins.Series, 12)
-	var started, succeeded, failed int64
+	var started, succeeded, failed, failedForGood int64
 	for _, p := range ins.Series {
-		started, succeeded, failed = started+p.Started, succeeded+p.Succeeded, failed+p.Failed
+		started, succeeded, failed, failedForGood = started+p.Started, succeeded+p.Succeeded, failed+p.Failed, failedForGood+p.FailedForGood
 	}
-	require.Equal(t, []int64{100, 30, 5}, []int64{started, succeeded, failed})
+	require.Equal(t, []int64{100, 30, 5, 5}, []int64{started, succeeded, failed, failedForGood})
+	require.EqualValues(t, 5, ins.Series[11].FailedForGood)
 	require.EqualValues(t, 100, ins.Series[11].Started)
 
-	// Nothing ends while it is not idle, archived executions are another scope, and bad options
-	// are refused.
+	// Nothing ends at its last value while it is not idle, but a failure ends at once; archived
+	// executions are another scope, and bad options are refused.
 	ins, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{})
 	require.NoError(t, err)
-	require.Zero(t, ins.Nodes[0].EndsHere+ins.Nodes[1].EndsHere+ins.Nodes[2].EndsHere+ins.Nodes[3].EndsHere)
+	require.EqualValues(t, 5, ins.Nodes[0].EndsHere+ins.Nodes[1].EndsHere+ins.Nodes[2].EndsHere+ins.Nodes[3].EndsHere)
+	require.EqualValues(t, 5, ins.Nodes[3].EndsHere)
 	ins, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Scope: journey.ScopeArchived})
 	require.NoError(t, err)
 	require.Zero(t, ins.Executions)
@@ -132,9 +136,9 @@ func TestInsightsFunnel(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, []int64{91, 90, 40 - 10 + 1, 59, 25 - 1, 35, 5, 30, 30}, reached(journey.ScopeActive))
+	require.Equal(t, []int64{91, 90, 40 - 10 + 1, 59, 25 - 1, 35, 0, 30, 35}, reached(journey.ScopeActive))
 	require.Equal(t, []int64{10, 10, 10, 0, 0, 0, 0, 0, 0}, reached(journey.ScopeArchived))
-	require.Equal(t, []int64{101, 100, 41, 59, 24, 35, 5, 30, 30}, reached(journey.ScopeAll))
+	require.Equal(t, []int64{101, 100, 41, 59, 24, 35, 0, 30, 35}, reached(journey.ScopeAll))
 
 	_, err = rt.Insights(ctx, "nope", journey.InsightsOptions{})
 	require.ErrorIs(t, err, journey.ErrUnknownGraph)
@@ -142,4 +146,8 @@ func TestInsightsFunnel(t *testing.T) {
 	require.ErrorContains(t, err, "insights need a positive window, bucket and idle time")
 	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Bucket: -time.Minute})
 	require.ErrorContains(t, err, "positive window, bucket")
+	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Since: math.MaxInt64})
+	require.ErrorContains(t, err, "an insights window or bucket is 100 years (876000h0m0s) at most")
+	_, err = rt.Insights(ctx, "funnel", journey.InsightsOptions{Since: time.Hour, Bucket: math.MaxInt64 / time.Minute * time.Minute})
+	require.ErrorContains(t, err, "an insights window or bucket is 100 years (876000h0m0s) at most")
 }

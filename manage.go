@@ -51,9 +51,10 @@ func (r *Runtime) Retry(ctx context.Context, id, node string) error {
 // many it moved: the way out for executions that a deploy left on a version that no replica
 // serves any more (journey graphs shows them STRANDED). to must keep every node of from, under
 // the same name and of the same kind, and may add nodes; both must have been served by a replica
-// (to by this one, say), and no live replica may serve from any more. Otherwise it fails,
-// naming why (ErrIncompatibleVersions, ErrUnknownGraph), and changes nothing. The moved
-// executions advance by the gates of to at the next sweep.
+// (to by this one, say); no live replica may serve from any more; and no attempt of from may be
+// running (wait for it, or for the sweeper to abandon it). Otherwise it fails, naming why
+// (ErrIncompatibleVersions, ErrUnknownGraph), and changes nothing. The moved executions advance
+// by the gates of to at the next sweep.
 func (r *Runtime) MoveVersion(ctx context.Context, name, from, to string) (int64, error) {
 	if err := r.check(); err != nil {
 		return 0, err

@@ -58,12 +58,16 @@ var seriesCharts = []struct {
 			}
 			return float64(p.Succeeded)
 		}},
-	{"failures", "Attempts failed and abandoned", "per bucket", []string{"failed", "abandoned"},
+	{"failures", "Attempts failed and abandoned, and executions failed for good", "per bucket",
+		[]string{"failed", "abandoned", "failed for good"},
 		func(p persistence.InsightPoint, line string) float64 {
-			if line == "failed" {
+			switch line {
+			case "failed":
 				return float64(p.Failed)
+			case "abandoned":
+				return float64(p.Abandoned)
 			}
-			return float64(p.Abandoned)
+			return float64(p.FailedForGood)
 		}},
 	{"runtime", "Run time of the attempts, p50 and p95", "ms", []string{"p50", "p95"},
 		func(p persistence.InsightPoint, line string) float64 {
@@ -88,7 +92,7 @@ func charts(ins *persistence.Insights) []chart {
 			Max: strconv.FormatFloat(top, 'f', -1, 64)}
 		step := float64(chartWidth) / float64(max(len(ins.Series)-1, 1))
 		for _, line := range sc.lines {
-			l := chartLine{Name: line, Class: "line-" + line}
+			l := chartLine{Name: line, Class: "line-" + strings.ReplaceAll(line, " ", "-")}
 			var pts []string
 			for i, p := range ins.Series {
 				v := sc.value(p, line)

@@ -461,30 +461,46 @@ func TestInsightsPageInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#funnel`)))
 	do(t, ctx, chromedp.Navigate(srv.URL+"/insights/shop?since=1h"), chromedp.WaitVisible(chromedp.CSS(`#funnel`)))
 	require.Equal(t, "2", get(t, ctx, chromedp.Text(chromedp.CSS(`#executions`))))
-	type row struct{ Reached, Ends, Attempts, Failures string }
+	type row struct{ Reached, Ends, FailedForGood, Attempts, Failures string }
 	got := get(t, ctx, chromedp.Evaluate[map[string]row](`Object.fromEntries([...document.querySelectorAll('#funnel tr[data-node]')].map(r =>
 		[r.dataset.node, {Reached: r.querySelector('.reached').textContent, Ends: r.querySelector('.ends').textContent,
+		 FailedForGood: r.querySelector('.failed-for-good').textContent,
 		 Attempts: r.querySelector('.attempts').textContent, Failures: r.querySelector('.failures').textContent}]))`))
 	wantRows := map[string]row{}
 	for _, n := range want.Nodes {
-		wantRows[n.Node] = row{fmt.Sprint(n.Reached), fmt.Sprint(n.EndsHere), fmt.Sprint(n.Attempts), fmt.Sprint(n.Failures)}
+		wantRows[n.Node] = row{fmt.Sprint(n.Reached), fmt.Sprint(n.EndsHere), fmt.Sprint(n.FailedForGood), fmt.Sprint(n.Attempts),
+			fmt.Sprint(n.Failures)}
 	}
 	require.Equal(t, wantRows, got)
-	require.Equal(t, row{"1", "0", "2", "1"}, got["charge"], "one charge failed, the other succeeded")
+	require.Equal(t, row{"1", "1", "1", "2", "1"}, got["charge"], "one charge failed for good, where its execution ends; the other succeeded")
 
 	// Each chart has a point per bucket, whose value is the series'.
 	points := get(t, ctx, chromedp.Evaluate[map[string][]string](`(() => { const out = {};
 		for (const c of document.querySelectorAll('#chart-throughput circle, #chart-failures circle'))
 			(out[c.dataset.series] ||= []).push(c.dataset.value);
 		return out; })()`))
-	var started, succeeded, failed []string
+	var started, succeeded, failed, failedForGood []string
 	for _, p := range want.Series {
 		started, succeeded, failed = append(started, fmt.Sprint(p.Started)), append(succeeded, fmt.Sprint(p.Succeeded)),
 			append(failed, fmt.Sprint(p.Failed))
+		failedForGood = append(failedForGood, fmt.Sprint(p.FailedForGood))
 	}
 	require.Equal(t, started, points["started"])
 	require.Equal(t, succeeded, points["succeeded"])
 	require.Equal(t, failed, points["failed"])
+	require.Equal(t, failedForGood, points["failed for good"])
+	require.Equal(t, "1", failedForGood[len(failedForGood)-1])
+
+	// A window that the series cannot hold is refused, naming the limit.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/insights/shop?since=2562047h", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, string(body), "an insights window or bucket is 100 years (876000h0m0s) at most (got 2562047h0m0s")
 	if path := os.Getenv("JOURNEY_UI_INSIGHTS_SCREENSHOT"); path != "" {
 		require.NoError(t, os.WriteFile(path, get(t, ctx, chromedp.FullScreenshot(100)), 0o644))
 	}

@@ -261,8 +261,9 @@ var ErrIncompatibleVersions = errors.New("journey: incompatible graph versions")
 // many it moved: the way out for executions that a deploy left on a version no replica serves any
 // more. The versions must be compatible: to keeps every node of from, under the same name and of
 // the same kind, and may add nodes; gates may change. Both must be recorded (a replica has served
-// them), and no live replica may serve from any more, whose attempts would then belong to a
-// version it does not serve. Otherwise it refuses, naming why, and changes nothing.
+// them); no live replica may serve from any more, whose attempts would then belong to a version
+// it does not serve; and no attempt of from may be running, whose outcome its replica would
+// record by from's graph. Otherwise it refuses, naming why, and changes nothing.
 //
 // The executions' attempts move with them, and each execution is advanced at the next sweep (its
 // wake time is now), where the gates of to decide what runs next; a NOTIFY tells the replicas
@@ -296,37 +297,88 @@ func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, 
 		return 0, fmt.Errorf("%w: graph %q cannot move from version %q to %q: %s; a version that its executions can move to keeps "+
 			"every node, of the same kind, and may add nodes", ErrIncompatibleVersions, name, from, to, strings.Join(problems, "; "))
 	}
-	serving, err := s.ServedBy(ctx, GraphKey(name, from))
-	if err != nil {
-		return 0, err
-	}
-	if len(serving) > 0 {
-		return 0, fmt.Errorf("%w: graph %q version %q is still served by replica(s) %s: stop them first (their work "+
-			"would belong to a version they do not serve), or let them drain it", ErrBadRequest, name, from, strings.Join(serving, ", "))
-	}
+	key := GraphKey(name, from)
+	// The checks and the move are one transaction. A claim of from's attempts is refused by the
+	// locks the move takes on them, or made before, and then seen RUNNING. A replica that starts
+	// serving from while the move runs is seen by the check made once the move holds every row it
+	// moves; one that starts later finds them moved, or locked (claims skip locked rows).
+	var refused error
 	var moved int64
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if refused = s.refuseServed(ctx, tx, name, from); refused != nil {
+			return refused
+		}
+		var running int64
+		if err := tx.NewRaw(s.q(`SELECT count(*) FROM {s}.computations WHERE graph_key = ? AND state = 'RUNNING'`),
+			key).Scan(ctx, &running); err != nil {
+			return err
+		}
+		if refused = refuseRunning(name, from, running); refused != nil {
+			return refused
+		}
+		var res struct {
+			Moved   int64 `bun:"moved"`
+			Running int64 `bun:"running"`
+		}
 		err := tx.NewRaw(s.q(`WITH moved AS (UPDATE {s}.executions
 				SET graph_version = ?, wake_at = coalesce(?::timestamptz, now()), updated_at = coalesce(?::timestamptz, now())
 				WHERE graph_name = ? AND graph_version = ? RETURNING id, created_at),
 			attempts AS (UPDATE {s}.computations c SET graph_key = ?
-				WHERE c.execution_id IN (SELECT id FROM moved) AND c.graph_key = ?),
-			marked AS (INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
-				SELECT DISTINCT ?, v, date_trunc('minute', created_at) FROM moved, unnest(ARRAY[?, ?]) AS v
-				ON CONFLICT DO NOTHING)
-			SELECT count(*) FROM moved`),
-			to, s.clock.NowOrNil(), s.clock.NowOrNil(), name, from, GraphKey(name, to), GraphKey(name, from),
-			name, from, to).Scan(ctx, &moved)
+				WHERE c.execution_id IN (SELECT id FROM moved) AND c.graph_key = ? RETURNING c.state),
+			marked AS (`+markFrom(`SELECT ?::text AS graph_name, v AS graph_version, date_trunc('minute', created_at) AS minute
+				FROM moved, unnest(ARRAY[?::text, ?::text]) AS v`)+`)
+			SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM attempts WHERE state = 'RUNNING') AS running`),
+			to, s.clock.NowOrNil(), s.clock.NowOrNil(), name, from, GraphKey(name, to), key,
+			name, from, to).Scan(ctx, &res)
 		if err != nil {
 			return err
 		}
+		if refused = refuseRunning(name, from, res.Running); refused != nil {
+			return refused
+		}
+		if refused = s.refuseServed(ctx, tx, name, from); refused != nil {
+			return refused
+		}
+		moved = res.Moved
 		_, err = tx.ExecContext(ctx, "SELECT pg_notify(?, ?)", s.channel, PayloadWork)
 		return err
 	})
-	if err != nil {
+	switch {
+	case refused != nil:
+		return 0, refused
+	case err != nil:
 		return 0, fmt.Errorf("moving the executions of graph %q from version %q to %q: %w", name, from, to, err)
 	}
 	return moved, nil
+}
+
+// refuseServed returns an error that refuses to move the executions of graph name from version
+// from if a live replica serves that version, as tx sees it; otherwise nil, or the error of the
+// reading.
+func (s *Store) refuseServed(ctx context.Context, tx bun.Tx, name, from string) error {
+	var serving []string
+	err := tx.NewRaw(s.q(`SELECT r.replica_id FROM {s}.replica_heartbeats r
+		WHERE ? = ANY(r.graphs) AND `+liveReplica+` ORDER BY r.replica_id`), GraphKey(name, from), s.clock.NowOrNil()).Scan(ctx, &serving)
+	switch {
+	case err != nil && !isNoRows(err):
+		return fmt.Errorf("finding the replicas that serve %s: %w", GraphKey(name, from), err)
+	case len(serving) > 0:
+		return fmt.Errorf("%w: graph %q version %q is still served by replica(s) %s: stop them first (their work "+
+			"would belong to a version they do not serve), or let them drain it; nothing was moved", ErrBadRequest, name, from,
+			strings.Join(serving, ", "))
+	}
+	return nil
+}
+
+// refuseRunning returns an error that refuses to move the executions of graph name from version
+// from while running of its attempts are RUNNING, or nil if none is.
+func refuseRunning(name, from string, running int64) error {
+	if running == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: graph %q version %q has %d attempt(s) running, whose outcome would be recorded by a version that "+
+		"is not theirs: wait for them to end, or for the sweeper to abandon them (their replica is gone), then move again; "+
+		"nothing was moved", ErrBadRequest, name, from, running)
 }
 
 // StrandedVersion is a graph version whose executions have work left, running or waiting to

@@ -59,20 +59,28 @@ type NodeInsight struct {
 	// ToReach is the time from an execution's start to the node's first value. Every duration of
 	// Insights is estimated from a histogram, within 9%.
 	ToReachP50, ToReachP95 time.Duration
-	// EndsHere counts the executions whose last value written is this node's, and that have had no
-	// write since for IdleAfter, to the second.
+	// EndsHere counts the executions that end at this node: those that failed for good here
+	// (FailedForGood), and those that did not fail whose last value written is this node's, and
+	// that have had no write since for IdleAfter, to the second.
 	EndsHere int64
+	// FailedForGood counts the executions that failed for good at this node: its newest attempt
+	// failed or was abandoned, with no retry left. An execution fails at one node, the first to
+	// fail for good; a node's failed attempts are Failures.
+	FailedForGood int64
 	// Attempts counts the attempts that ran and ended: succeeded, Failures (FAILED) and
 	// Abandonments; the run time is their time from claim to finish, for the nodes that run.
 	Attempts, Failures, Abandonments int64
 	RunP50, RunP95                   time.Duration
 }
 
-// InsightPoint is one bucket of the series, starting at At.
+// InsightPoint is one bucket of the series, starting at At: the executions Started in it; the
+// attempts that Succeeded, Failed and were Abandoned in it, and their run times; and the
+// executions that FailedForGood in it (NodeInsight.FailedForGood).
 type InsightPoint struct {
 	At                                    time.Time
 	Started, Succeeded, Failed, Abandoned int64
 	RunP50, RunP95                        time.Duration
+	FailedForGood                         int64
 }
 
 // Insights read the cells of the minutes in the window, which the roll keeps up to date (see
@@ -91,8 +99,14 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	case q.Since <= 0 || q.Bucket <= 0 || q.IdleAfter <= 0:
 		return nil, fmt.Errorf("%w: insights need a positive window, bucket and idle time (got %v, %v and %v)",
 			ErrBadRequest, q.Since, q.Bucket, q.IdleAfter)
+	case q.Since > MaxInsightsWindow || q.Bucket > MaxInsightsWindow:
+		return nil, fmt.Errorf("%w: an insights window or bucket is 100 years (%v) at most (got %v and %v)",
+			ErrBadRequest, MaxInsightsWindow, q.Since, q.Bucket)
 	case q.Bucket%time.Minute != 0:
 		return nil, fmt.Errorf("%w: an insights bucket is a whole number of minutes (got %v)", ErrBadRequest, q.Bucket)
+	case (q.Since+q.Bucket-1)/q.Bucket > MaxInsightsBuckets:
+		return nil, fmt.Errorf("%w: an insights series holds %d buckets at most: a window of %v in buckets of %v would take %d; "+
+			"use a larger bucket", ErrBadRequest, MaxInsightsBuckets, q.Since, q.Bucket, (q.Since+q.Bucket-1)/q.Bucket)
 	case q.Scope != ScopeActive && q.Scope != ScopeArchived && q.Scope != ScopeAll:
 		return nil, fmt.Errorf("%w: unknown scope %q: use %q, %q or %q", ErrBadRequest, q.Scope, ScopeActive, ScopeArchived, ScopeAll)
 	}
@@ -113,7 +127,7 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	if err != nil {
 		return nil, fmt.Errorf("reading the time: %w", err)
 	}
-	buckets := int((q.Since + q.Bucket - 1) / q.Bucket)
+	buckets := int((q.Since + q.Bucket - 1) / q.Bucket) // checked above: the sum cannot overflow
 	end := now.Truncate(time.Minute).Add(time.Minute)
 	start := end.Add(-time.Duration(buckets) * q.Bucket)
 	out.Series = make([]InsightPoint, buckets)
@@ -124,8 +138,8 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	// and their histograms.
 	where := ` FROM {s}.insight_cells WHERE graph_name = ? AND minute >= ? AND minute < ? AND (? = '' OR graph_version = ?)
 		AND (? = 'all' OR archived = (? = 'archived'))`
-	point := `CASE measure WHEN 'executions' THEN floor(extract(epoch FROM minute - ?::timestamptz) / ?)
-		WHEN 'finished' THEN floor(extract(epoch FROM at - ?::timestamptz) / ?) ELSE -1 END::int AS i`
+	point := `CASE WHEN measure = 'executions' THEN floor(extract(epoch FROM minute - ?::timestamptz) / ?)
+		WHEN measure IN ('finished', 'failed') THEN floor(extract(epoch FROM at - ?::timestamptz) / ?) ELSE -1 END::int AS i`
 	pointArgs := []any{start, q.Bucket.Seconds(), start, q.Bucket.Seconds()}
 	whereArgs := []any{q.Graph, start, end, q.Version, q.Version, q.Scope, q.Scope}
 	var sums []struct {
@@ -169,6 +183,8 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 		case r.Measure == "finished" && inWindow(r.I):
 			p := &out.Series[r.I]
 			p.Succeeded, p.Failed, p.Abandoned = p.Succeeded+r.N, p.Failed+r.Failed, p.Abandoned+r.Abandoned
+		case r.Measure == "failed" && inWindow(r.I):
+			out.Series[r.I].FailedForGood += r.N
 		}
 	}
 	hists, points := map[key]histogram{}, make([]histogram, buckets)
@@ -193,9 +209,10 @@ func (s *Store) Insights(ctx context.Context, q InsightsQuery) (*Insights, error
 	out.ToLastValueP50, out.ToLastValueP95 = last.quantile(0.5), last.quantile(0.95)
 	for _, n := range versions[0].Nodes {
 		reach, ran := hists[key{"reached", n.Name}], totals[key{"ran", n.Name}]
+		failed := totals[key{"failed", n.Name}].n
 		ni := NodeInsight{Node: n.Name, Kind: kindOf(n.Kind), Reached: totals[key{"reached", n.Name}].n,
-			ToReachP50: reach.quantile(0.5), ToReachP95: reach.quantile(0.95), EndsHere: totals[key{"ended", n.Name}].n,
-			Attempts: ran.n, Failures: ran.failed, Abandonments: ran.abandoned}
+			ToReachP50: reach.quantile(0.5), ToReachP95: reach.quantile(0.95), EndsHere: totals[key{"ended", n.Name}].n + failed,
+			FailedForGood: failed, Attempts: ran.n, Failures: ran.failed, Abandonments: ran.abandoned}
 		ni.RunP50, ni.RunP95 = hists[key{"ran", n.Name}].quantile(0.5), hists[key{"ran", n.Name}].quantile(0.95)
 		if out.Executions > 0 {
 			ni.ReachedPct = 100 * float64(ni.Reached) / float64(out.Executions)
@@ -236,25 +253,141 @@ func binOf(x string) string {
 // rollLockKey names the advisory lock that a roll holds, one at a time per schema.
 func (s *Store) rollLockKey() string { return "journey-insights:" + s.schema }
 
+// markFrom returns the statement that marks the minutes that source lists (a query of
+// graph_name, graph_version and minute, in any order and with repeats) as out of date for the
+// roll. It inserts each minute's mark, or locks it if it is there already, until its transaction
+// ends: the roll claims a mark once the transaction that locked it has ended, and then recomputes
+// the minute from a snapshot that holds its writes. DO NOTHING would lock nothing, and the roll
+// could delete the mark and recompute the minute before the write commits: the write would never
+// be counted. ON CONFLICT DO UPDATE locks the row it finds even where its WHERE updates nothing.
+// The marks are taken in their key's order, which the roll's claim follows too, so that two
+// writes that mark the same minutes cannot deadlock.
+//
+// A write that marks a minute waits for another that holds its mark until that one has
+// committed: the mark goes with the COMMIT, for as short a wait as can be.
+func markFrom(source string) string {
+	return `INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
+		SELECT DISTINCT graph_name, graph_version, minute FROM (` + source + `) AS marked
+		ORDER BY graph_name, graph_version, minute
+		ON CONFLICT (graph_name, graph_version, minute, claimed) DO UPDATE SET claimed = false WHERE false`
+}
+
 // mark marks the minutes of the executions sts, loaded, as out of date for the roll, with the
-// COMMIT of t: a write that neither creates an execution nor ends an attempt calls it. A minute
-// already marked costs an index lookup.
+// COMMIT of t (see markFrom): a write that neither creates an execution nor ends an attempt calls
+// it.
 func (s *Store) mark(t *txn, sts []*execState) {
 	gs, vs, ms := make([]string, len(sts)), make([]string, len(sts)), make([]time.Time, len(sts))
 	for i, st := range sts {
 		gs[i], vs[i], ms[i] = st.exec.GraphName, st.exec.GraphVersion, st.exec.CreatedAt.Truncate(time.Minute)
 	}
-	t.atCommit(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
-		SELECT DISTINCT * FROM unnest($1::text[], $2::text[], $3::timestamptz[]) ON CONFLICT DO NOTHING`), gs, vs, ms)
+	t.atCommit(s.q(markFrom(`SELECT u.graph_name, u.graph_version, u.minute
+		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(graph_name, graph_version, minute)`)), gs, vs, ms)
 }
 
 // rollChunk is how many marked minutes one transaction of the roll brings up to date.
 const rollChunk = 32
 
-// rollLagCap bounds how far behind the transactions in progress the watermark stays: a
-// transaction of the runtime that stays open longer, and then creates an execution or ends an
-// attempt, is not marked (the next write to its execution marks it).
-const rollLagCap = time.Minute
+// The watermark. A roll marks the minutes of the executions created and of the attempts ended
+// since its watermark, found through the indexes on created_at and finished_at. A row is stamped
+// with the time its transaction began (or with the injected clock's), and a transaction still in
+// progress may commit rows stamped before the roll that looks: the watermark must stay behind
+// every transaction that may yet commit. pg_stat_activity's xact_start would say when each
+// began, but it is NULL for the sessions of other roles unless the reader has pg_read_all_stats,
+// which a dashboard's role has no reason to hold. What any role can read is pg_locks: every
+// transaction holds the lock of its virtual transaction id (vxid) from its start to its end. So
+// each roll records the vxids in progress, and a vxid that the previous roll did not see began
+// after that roll looked (watchMargin before it, for the moment between a transaction's start
+// and its lock). See nextWatch.
+//
+// rollLagCap: a transaction in progress for longer than this (an idle session left in a
+// transaction, a pg_dump) would hold the watermark back, and make every roll read all the rows
+// since it began. The watermark passes it instead, and once it has ended, one roll reads the rows
+// stamped from its start to the watermark once, keeping only those written by transaction ids
+// at least as new as the oldest in progress when it was first seen: its own are.
+const (
+	rollLagCap  = time.Minute
+	watchMargin = time.Second
+)
+
+// watch is what a roll leaves for the next (the table insight_watch): its watermark, when it
+// looked at the transactions in progress, and, for each (by vxid), when it began at the earliest
+// (Since) and the oldest transaction id it can write with (Xmins, 32 bits).
+type watch struct {
+	Watermark time.Time   `bun:"watermark"`
+	At        time.Time   `bun:"at"`
+	Vxids     []string    `bun:"vxids,array"`
+	Since     []time.Time `bun:"since,array"`
+	Xmins     []int64     `bun:"xmins,array"`
+}
+
+// sight is what a roll sees: the vxids of the transactions in progress in the database, but its
+// own; At, a time before it looked; Xmin, the oldest transaction id in progress before it looked
+// (32 bits), which a transaction it sees writes with, or a newer one.
+type sight struct {
+	At    time.Time `bun:"at"`
+	Xmin  int64     `bun:"xmin"`
+	Vxids []string  `bun:"vxids,array"`
+}
+
+// rollRange is what a roll marks: the rows stamped since From (every row at the first roll,
+// when From is zero), and those stamped from CatchUp to From by a transaction id at least as
+// new as CatchXmin (none if CatchUp is From).
+type rollRange struct {
+	From, CatchUp time.Time
+	CatchXmin     int64
+}
+
+// nextWatch decides what a roll marks, from what the last roll left (prev, nil at the first) and
+// what this one sees (now), and returns what it leaves for the next.
+//
+// Why no committed row is missed: let a row be stamped t by a transaction X, and let r be the
+// first roll that looks after X has ended; r marks with a statement that runs after it looked, so
+// it sees the row. If the roll before r did not see X, X began after it looked, so t is past
+// that roll's time, and r's From is not later than that time. If it did see X, r finds X ended:
+// either X's Since (when X began at the earliest, so before t) was not before r's From, or r
+// catches up from Since, keeping the rows of transaction ids as new as X's.
+func nextWatch(prev *watch, now sight) (rollRange, watch) {
+	r := rollRange{CatchXmin: now.Xmin}
+	began := time.Time{} // a transaction that the last roll did not see began after it looked
+	known := map[string]int{}
+	if prev != nil {
+		r.From, began = prev.Watermark, prev.At.Add(-watchMargin)
+		for i, v := range prev.Vxids {
+			known[v] = i
+		}
+	}
+	r.CatchUp = r.From
+	next := watch{Watermark: now.At.Add(-watchMargin), At: now.At, Vxids: []string{}, Since: []time.Time{}, Xmins: []int64{}}
+	seen := map[string]bool{}
+	for _, v := range now.Vxids {
+		since, xmin := began, now.Xmin
+		if i, ok := known[v]; ok {
+			since, xmin = prev.Since[i], prev.Xmins[i]
+		}
+		seen[v] = true
+		next.Vxids, next.Since, next.Xmins = append(next.Vxids, v), append(next.Since, since), append(next.Xmins, xmin)
+		if !since.Before(now.At.Add(-rollLagCap)) && since.Before(next.Watermark) {
+			next.Watermark = since
+		}
+	}
+	if prev == nil {
+		return r, next
+	}
+	catching := false
+	for i, v := range prev.Vxids {
+		if seen[v] || !prev.Since[i].Before(r.From) {
+			continue // still in progress, or its rows are past the watermark
+		}
+		if !catching || prev.Since[i].Before(r.CatchUp) {
+			r.CatchUp = prev.Since[i]
+		}
+		if !catching || int32(uint32(prev.Xmins[i])-uint32(r.CatchXmin)) < 0 { // transaction ids wrap around
+			r.CatchXmin = prev.Xmins[i]
+		}
+		catching = true
+	}
+	return r, next
+}
 
 // RollInBackground is the budget of a roll in the background (RollInsights), which the sweep
 // lease holder runs.
@@ -269,11 +402,11 @@ const (
 )
 
 // RollInsights brings the insight cells up to date: it marks the minutes of the executions
-// created and of the attempts ended since its watermark, claims the minutes that writes marked,
-// then brings the claimed minutes of graph ("" for every graph) up to date, a chunk per
-// transaction, until none is left or budget has passed. It returns how many marked minutes are
-// left, and at least 1 if it ran out of time before it marked what changed. The first roll marks
-// every minute that has executions.
+// created and of the attempts ended since its watermark (see nextWatch), claims the minutes that
+// writes marked, then brings the claimed minutes of graph ("" for every graph) up to date, a
+// chunk per transaction, until none is left or budget has passed. It returns how many marked
+// minutes are left, and at least 1 if it ran out of time before it marked what changed. The
+// first roll marks every minute that has executions.
 //
 // A reading's roll (a positive budget) stops each chunk's statement when the budget runs out, so
 // that the reading answers in time. A roll in the background (budget RollInBackground) leaves the
@@ -291,35 +424,63 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 		return max(budget-time.Since(began), 50*time.Millisecond)
 	}
 	err := s.rollTx(ctx, timeout(), func(ctx context.Context, tx bun.Tx) error {
-		// The new watermark stays behind the oldest transaction in progress: what it writes later
-		// carries its start time, or a later one.
-		var w struct {
-			From time.Time `bun:"from_at"` // the zero time at the first roll
-			Next time.Time `bun:"next_at"`
-		}
-		err := tx.NewRaw(s.q(`SELECT coalesce((SELECT at FROM {s}.insight_watermark), '0001-01-01Z') AS from_at,
-				coalesce(?::timestamptz, now()) - least(greatest(now() - coalesce((SELECT min(xact_start) FROM pg_stat_activity
-					WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()), now()),
-					interval '0'), ? * interval '1 millisecond') - interval '1 second' AS next_at`),
-			s.clock.NowOrNil(), rollLagCap.Milliseconds()).Scan(ctx, &w)
-		if err != nil {
+		var prev []watch
+		err := tx.NewRaw(s.q(`SELECT watermark, at, vxids, since, xmins FROM {s}.insight_watch`)).Scan(ctx, &prev)
+		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("reading the watermark: %w", err)
 		}
+		// What is in progress is read before the rows are: a statement's snapshot is taken as
+		// it starts.
+		var now sight
+		err = tx.NewRaw(`SELECT coalesce(?::timestamptz, statement_timestamp()) AS at,
+				pg_snapshot_xmin(pg_current_snapshot())::text::bigint % 4294967296 AS xmin,
+				array(SELECT l.virtualtransaction FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+					WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+						AND a.datname = current_database() AND l.pid <> pg_backend_pid() ORDER BY 1) AS vxids`,
+			s.clock.NowOrNil()).Scan(ctx, &now)
+		if err != nil {
+			return fmt.Errorf("reading the transactions in progress: %w", err)
+		}
+		var r rollRange
+		var next watch
+		if len(prev) == 0 {
+			r, next = nextWatch(nil, now)
+		} else {
+			r, next = nextWatch(&prev[0], now)
+		}
+		// The executions created and the attempts ended since the watermark (at the first roll,
+		// every execution), and, catching up, those of transactions as new as CatchXmin.
 		if _, err := tx.NewRaw(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
 				SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions WHERE created_at >= ?
 				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
 				FROM {s}.computations c JOIN {s}.executions e ON e.id = c.execution_id
-				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND ? -- at the first roll, every execution's minute is marked
-			ON CONFLICT DO NOTHING`), w.From, w.From, !w.From.IsZero()).Exec(ctx); err != nil {
-			return fmt.Errorf("marking what changed since %v: %w", w.From, err)
+				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND ?
+				UNION SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions
+				WHERE created_at >= ? AND created_at < ? AND age(xmin) <= age(?::text::xid)
+				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
+				FROM {s}.computations c JOIN {s}.executions e ON e.id = c.execution_id
+				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND c.finished_at < ?
+					AND age(c.xmin) <= age(?::text::xid)
+			ON CONFLICT DO NOTHING`), r.From, r.From, !r.From.IsZero(), r.CatchUp, r.From, r.CatchXmin,
+			r.CatchUp, r.From, r.CatchXmin).Exec(ctx); err != nil {
+			return fmt.Errorf("marking what changed since %v: %w", r.From, err)
 		}
-		if _, err := tx.NewRaw(s.q(`WITH c AS (DELETE FROM {s}.insight_marks WHERE NOT claimed RETURNING graph_name, graph_version, minute)
-			INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed) SELECT DISTINCT *, true FROM c
+		// The marks are locked in the writes' order (see markFrom); one that a write holds is
+		// claimed once the write has ended.
+		if _, err := tx.NewRaw(s.q(`WITH l AS MATERIALIZED (SELECT graph_name, graph_version, minute FROM {s}.insight_marks
+				WHERE NOT claimed ORDER BY graph_name, graph_version, minute FOR UPDATE),
+			c AS (DELETE FROM {s}.insight_marks m USING l
+				WHERE m.graph_name = l.graph_name AND m.graph_version = l.graph_version AND m.minute = l.minute AND NOT m.claimed
+				RETURNING m.graph_name, m.graph_version, m.minute)
+			INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
+			SELECT graph_name, graph_version, minute, true FROM c
 			ON CONFLICT DO NOTHING`)).Exec(ctx); err != nil {
 			return fmt.Errorf("claiming the marked minutes: %w", err)
 		}
-		_, err = tx.NewRaw(s.q(`INSERT INTO {s}.insight_watermark (at) VALUES (greatest(?::timestamptz, ?::timestamptz))
-			ON CONFLICT (one) DO UPDATE SET at = excluded.at`), w.From, w.Next).Exec(ctx)
+		_, err = tx.NewRaw(s.q(`INSERT INTO {s}.insight_watch (one, watermark, at, vxids, since, xmins) VALUES (true, ?, ?, ?, ?, ?)
+			ON CONFLICT (one) DO UPDATE SET watermark = excluded.watermark, at = excluded.at, vxids = excluded.vxids,
+				since = excluded.since, xmins = excluded.xmins`),
+			next.Watermark, next.At, pgdialect.Array(next.Vxids), pgdialect.Array(next.Since), pgdialect.Array(next.Xmins)).Exec(ctx)
 		return err
 	})
 	marked := err == nil
@@ -414,24 +575,37 @@ func (s *Store) rollTx(ctx context.Context, timeout time.Duration, fn func(ctx c
 // the executions that started in them, their values and their attempts (see migration 0021).
 // Each execution's rows are found through its index, one lateral join each (OFFSET 0 keeps it
 // so): the planner takes a minute for 5,000 executions, and read every value of the table.
+//
+// An execution that failed for good ends at the node that failed, the first whose newest attempt
+// failed or was abandoned: its measure "failed" counts it there, at the minute it failed, and its
+// last value is no measure "ended".
 var rollSQL = `WITH e AS (
-		SELECT e.id, b.g, b.v, b.m, e.created_at, e.archived
+		SELECT x.id, b.g, b.v, b.m, x.created_at, x.archived
 		FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m),
 			LATERAL (SELECT id, created_at, archived_at IS NOT NULL AS archived FROM {s}.executions
 				WHERE graph_name = b.g AND graph_version = b.v AND created_at >= b.m AND created_at < b.m + interval '1 minute'
-				OFFSET 0) e),
-	vals AS (SELECT e.*, x.node, x.set_at, x.first_at FROM e, LATERAL (SELECT v.node, v.set_at, least(v.set_at, (SELECT min(h.changed_at)
+				OFFSET 0) x),
+	vals AS (SELECT e.id, e.g, e.v, e.m, e.created_at, e.archived, x.node, x.set_at, x.first_at
+		FROM e, LATERAL (SELECT v.node, v.set_at, least(v.set_at, (SELECT min(h.changed_at)
 				FROM {s}.value_history h WHERE h.execution_id = e.id AND h.node = v.node AND h.value IS NOT NULL)) AS first_at
 			FROM {s}."values" v WHERE v.execution_id = e.id OFFSET 0) x),
-	last AS (SELECT DISTINCT ON (id) * FROM vals ORDER BY id, set_at DESC, node),
-	ran AS (SELECT e.*, c.node, c.state, c.finished_at, c.finished_at - c.claimed_at AS run
-		FROM e, LATERAL (SELECT node, state, claimed_at, finished_at FROM {s}.computations
-			WHERE execution_id = e.id AND state IN ('SUCCESS', 'FAILED', 'ABANDONED') OFFSET 0) c),
+	last AS (SELECT DISTINCT ON (id) id, g, v, m, archived, node, set_at FROM vals ORDER BY id, set_at DESC, node),
+	att AS (SELECT e.id, e.g, e.v, e.m, e.archived, c.cid, c.node, c.state, c.claimed_at, c.finished_at
+		FROM e, LATERAL (SELECT id AS cid, node, state, claimed_at, finished_at FROM {s}.computations
+			WHERE execution_id = e.id OFFSET 0) c),
+	ran AS (SELECT id, g, v, m, archived, node, state, finished_at, finished_at - claimed_at AS run FROM att
+		WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED')),
+	newest AS (SELECT DISTINCT ON (id, node) id, g, v, m, archived, node, state, coalesce(finished_at, m) AS finished_at
+		FROM att ORDER BY id, node, cid DESC),
+	failed AS (SELECT DISTINCT ON (id) id, g, v, m, archived, node, finished_at FROM newest
+		WHERE state IN ('FAILED', 'ABANDONED') ORDER BY id, finished_at, node),
 	facts AS (
 		SELECT e.g, e.v, e.m, e.archived, 'executions' AS measure, '' AS node, e.m AS at, l.set_at - e.created_at AS d, NULL AS state
 		FROM e LEFT JOIN last l ON l.id = e.id
 		UNION ALL SELECT g, v, m, archived, 'reached', node, m, first_at - created_at, NULL FROM vals
-		UNION ALL SELECT g, v, m, archived, 'ended', node, date_trunc('second', set_at), NULL, NULL FROM last
+		UNION ALL SELECT l.g, l.v, l.m, l.archived, 'ended', l.node, date_trunc('second', l.set_at), NULL, NULL FROM last l
+			WHERE NOT EXISTS (SELECT FROM failed f WHERE f.id = l.id)
+		UNION ALL SELECT g, v, m, archived, 'failed', node, date_trunc('minute', finished_at), NULL, NULL FROM failed
 		UNION ALL SELECT g, v, m, archived, 'ran', node, m, run, state FROM ran
 		UNION ALL SELECT g, v, m, archived, 'finished', '', date_trunc('minute', finished_at), run, state FROM ran),
 	binned AS (SELECT g, v, m, archived, measure, node, at, ` + binOf("d") + ` AS bin, count(*) AS n,
@@ -459,6 +633,14 @@ const (
 	DefaultInsightsSince = 24 * time.Hour
 	DefaultIdleAfter     = 24 * time.Hour
 	maxSeriesBuckets     = 48
+)
+
+// The limits of an InsightsQuery: a window or a bucket of 100 years at most, and a series of
+// MaxInsightsBuckets buckets at most, which the default bucket never exceeds. Beyond, the window's
+// arithmetic overflows a time.Duration, or the series would not fit in memory.
+const (
+	MaxInsightsWindow  = 100 * 365 * 24 * time.Hour
+	MaxInsightsBuckets = 10_000
 )
 
 // bucketSizes are the sizes a series' bucket is chosen among.

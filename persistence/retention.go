@@ -24,7 +24,8 @@ type pruneCursor struct {
 // prune deletes, oldest first and up to limit rows per table, what is older than retention and
 // that no semantics need: finished attempts that are not the newest of their node (the newest
 // decides what runs next, and what Get reports), value history, and delivered notifications.
-// Values, historians and notification claims are kept. It returns how many rows it deleted, and
+// Values, historians and notification claims are kept. The minutes of the executions whose
+// attempts or history it deletes are marked for the roll of the insights, which count them. It returns how many rows it deleted, and
 // whether it is behind: a table may hold more rows past their time than it deleted.
 func (s *Store) prune(ctx context.Context, retention time.Duration, limit int) (deleted int, behind bool, err error) {
 	now, err := s.now(ctx, s.db)
@@ -37,21 +38,27 @@ func (s *Store) prune(ctx context.Context, retention time.Duration, limit int) (
 		return deleted, false, err
 	}
 	behind = deleted == limit || examined == limit*pruneScanFactor
+	// A value replaced says when the node had its first value: insights count it (see rollSQL),
+	// so the minutes of its executions are marked.
 	statements := []struct{ what, query string }{
-		{"value history", `DELETE FROM {s}.value_history WHERE id IN (
-			SELECT id FROM {s}.value_history WHERE changed_at < ? ORDER BY changed_at LIMIT ? FOR UPDATE SKIP LOCKED)`},
-		{"delivered notifications", `DELETE FROM {s}.notification_deliveries WHERE id IN (
-			SELECT id FROM {s}.notification_deliveries WHERE state = 'DELIVERED' AND delivered_at < ?
-			ORDER BY delivered_at LIMIT ? FOR UPDATE SKIP LOCKED)`},
+		{"value history", `WITH gone AS (DELETE FROM {s}.value_history WHERE id IN (
+				SELECT id FROM {s}.value_history WHERE changed_at < ? ORDER BY changed_at LIMIT ? FOR UPDATE SKIP LOCKED)
+				RETURNING execution_id),
+			marked AS (` + markFrom(`SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at) AS minute
+				FROM gone JOIN {s}.executions e ON e.id = gone.execution_id`) + `)
+			SELECT count(*) FROM gone`},
+		{"delivered notifications", `WITH gone AS (DELETE FROM {s}.notification_deliveries WHERE id IN (
+				SELECT id FROM {s}.notification_deliveries WHERE state = 'DELIVERED' AND delivered_at < ?
+				ORDER BY delivered_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING id)
+			SELECT count(*) FROM gone`},
 	}
 	for _, st := range statements {
-		res, err := s.db.NewRaw(s.q(st.query), cutoff, limit).Exec(ctx)
-		if err != nil {
+		var n int
+		if err := s.db.NewRaw(s.q(st.query), cutoff, limit).Scan(ctx, &n); err != nil {
 			return deleted, false, fmt.Errorf("pruning %s: %w", st.what, err)
 		}
-		n, _ := res.RowsAffected()
-		deleted += int(n)
-		behind = behind || int(n) == limit
+		deleted += n
+		behind = behind || n == limit
 	}
 	return deleted, behind, nil
 }
@@ -81,9 +88,8 @@ func (s *Store) pruneAttempts(ctx context.Context, cutoff time.Time, limit int) 
 			ORDER BY c.finished_at, c.id LIMIT ?),
 		doomed AS (SELECT id, finished_at FROM examined WHERE superseded ORDER BY finished_at, id LIMIT ?),
 		gone AS (DELETE FROM {s}.computations c USING doomed WHERE c.id = doomed.id RETURNING c.id, c.execution_id),
-		marked AS (INSERT INTO {s}.insight_marks (graph_name, graph_version, minute)
-			SELECT DISTINCT e.graph_name, e.graph_version, date_trunc('minute', e.created_at)
-			FROM gone JOIN {s}.executions e ON e.id = gone.execution_id ON CONFLICT DO NOTHING),
+		marked AS (`+markFrom(`SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at) AS minute
+			FROM gone JOIN {s}.executions e ON e.id = gone.execution_id`)+`),
 		next AS (SELECT finished_at, id FROM (
 				(SELECT finished_at, id, 0 AS pick FROM doomed WHERE (SELECT count(*) FROM doomed) = ?
 					ORDER BY finished_at DESC, id DESC LIMIT 1)

@@ -276,3 +276,11 @@ func beat(t *testing.T, s *Store, replica string, staleAfter time.Duration, star
 
 // testIdentity is the process of the tests' replicas.
 var testIdentity = Identity{Incarnation: "00000000-0000-4000-8000-000000000001", Holder: "the test", Locked: true}
+
+// recordGraphs records the graph versions that s serves, as a replica's New does, and then
+// deletes that replica's heartbeat: no live replica serves them.
+func recordGraphs(t *testing.T, s *Store) {
+	t.Helper()
+	require.NoError(t, s.RecordGraphs(context.Background(), "recorder", testIdentity, time.Minute))
+	require.NoError(t, s.DeleteReplica(context.Background(), "recorder", testIdentity.Incarnation))
+}

@@ -11,10 +11,12 @@ import (
 
 const insightsDescription = `insights shows where the executions of a graph go and where they stop: per node, in graph
 order, the executions that reached it (with a bar), how long they took from their start to its
-first value (p50, p95), those that ended there (their last value, and no write for -idle-after),
-and its attempts, failures, abandonments and run times; then, per bucket of the window, the
-executions started and the attempts that succeeded, failed and were abandoned. With -json, the
-same as JSON: snake_case keys, durations in milliseconds with an _ms suffix.`
+first value (p50, p95), those that ended there (failed for good there, or else their last value
+and no write for -idle-after), those that failed for good there (its last attempt failed or was
+abandoned), and its attempts, failures, abandonments and run times; then, per bucket of the
+window, the executions started, the attempts that succeeded, failed and were abandoned, and the
+executions that failed for good. With -json, the same as JSON: snake_case keys, durations in
+milliseconds with an _ms suffix.`
 
 // insightsJSON is the JSON of journey insights.
 type insightsJSON struct {
@@ -41,6 +43,9 @@ type nodeInsightJSON struct {
 	Abandonments int64   `json:"abandonments"`
 	RunP50       float64 `json:"run_p50_ms"`
 	RunP95       float64 `json:"run_p95_ms"`
+
+	// FailedForGood: the executions that failed for good at the node, which EndsHere counts too.
+	FailedForGood int64 `json:"failed_for_good"`
 }
 
 type insightPointJSON struct {
@@ -51,6 +56,9 @@ type insightPointJSON struct {
 	Abandoned int64   `json:"abandoned"`
 	RunP50    float64 `json:"run_p50_ms"`
 	RunP95    float64 `json:"run_p95_ms"`
+
+	// FailedForGood: the executions that failed for good in the bucket.
+	FailedForGood int64 `json:"failed_for_good"`
 }
 
 // msOf is d in milliseconds.
@@ -92,11 +100,13 @@ func toInsightsJSON(ins *persistence.Insights) insightsJSON {
 	for _, n := range ins.Nodes {
 		out.Nodes = append(out.Nodes, nodeInsightJSON{Node: n.Node, Kind: n.Kind.String(), Reached: n.Reached,
 			ReachedPct: n.ReachedPct, ToReachP50: msOf(n.ToReachP50), ToReachP95: msOf(n.ToReachP95), EndsHere: n.EndsHere,
-			Attempts: n.Attempts, Failures: n.Failures, Abandonments: n.Abandonments, RunP50: msOf(n.RunP50), RunP95: msOf(n.RunP95)})
+			Attempts: n.Attempts, Failures: n.Failures, Abandonments: n.Abandonments, RunP50: msOf(n.RunP50), RunP95: msOf(n.RunP95),
+			FailedForGood: n.FailedForGood})
 	}
 	for _, p := range ins.Series {
 		out.Series = append(out.Series, insightPointJSON{At: p.At.UTC().Format(time.RFC3339), Started: p.Started,
-			Succeeded: p.Succeeded, Failed: p.Failed, Abandoned: p.Abandoned, RunP50: msOf(p.RunP50), RunP95: msOf(p.RunP95)})
+			Succeeded: p.Succeeded, Failed: p.Failed, Abandoned: p.Abandoned, RunP50: msOf(p.RunP50), RunP95: msOf(p.RunP95),
+			FailedForGood: p.FailedForGood})
 	}
 	return out
 }
@@ -118,16 +128,17 @@ func showInsights(env *environment, ins *persistence.Insights) {
 		}
 		rows = append(rows, []string{n.Node, n.Kind.String(), fmt.Sprintf("%-*s", barWidth, bar), fmt.Sprint(n.Reached),
 			fmt.Sprintf("%.1f%%", n.ReachedPct), fmt.Sprintf("%v / %v", n.ToReachP50.Round(time.Millisecond), n.ToReachP95.Round(time.Millisecond)),
-			fmt.Sprint(n.EndsHere), runs})
+			fmt.Sprint(n.EndsHere), fmt.Sprint(n.FailedForGood), runs})
 	}
-	table(env.stdout, "NODE\tKIND\t\tREACHED\t%\tTO REACH p50 / p95\tENDS HERE\tATTEMPTS / FAILED / ABANDONED", rows)
+	table(env.stdout, "NODE\tKIND\t\tREACHED\t%\tTO REACH p50 / p95\tENDS HERE\tFAILED FOR GOOD\tATTEMPTS / FAILED / ABANDONED", rows)
 	fmt.Fprintln(env.stdout)
 	rows = rows[:0]
 	for _, p := range ins.Series {
 		rows = append(rows, []string{p.At.Local().Format("2006-01-02 15:04"), fmt.Sprint(p.Started), fmt.Sprint(p.Succeeded),
-			fmt.Sprint(p.Failed), fmt.Sprint(p.Abandoned), fmt.Sprintf("%v / %v", p.RunP50.Round(time.Millisecond), p.RunP95.Round(time.Millisecond))})
+			fmt.Sprint(p.Failed), fmt.Sprint(p.Abandoned), fmt.Sprintf("%v / %v", p.RunP50.Round(time.Millisecond), p.RunP95.Round(time.Millisecond)),
+			fmt.Sprint(p.FailedForGood)})
 	}
-	table(env.stdout, "FROM\tSTARTED\tSUCCEEDED\tFAILED\tABANDONED\tRUN p50 / p95", rows)
+	table(env.stdout, "FROM\tSTARTED\tSUCCEEDED\tFAILED\tABANDONED\tRUN p50 / p95\tFAILED FOR GOOD", rows)
 	if ins.Pending > 0 {
 		fmt.Fprintf(env.stdout, "\nThe changes of %d minute(s) of executions are not counted yet: the sweep brings them in.\n", ins.Pending)
 	}

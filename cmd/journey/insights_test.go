@@ -57,21 +57,30 @@ func TestInsightsCommand(t *testing.T) {
 	require.Equal(t, toInsightsJSON(want), got)
 	require.EqualValues(t, 10, got.Executions)
 	type row struct {
-		node                              string
-		reached, ends, attempts, failures int64
+		node                                             string
+		reached, ends, failedForGood, attempts, failures int64
 	}
 	var rows []row
 	for _, n := range got.Nodes {
-		rows = append(rows, row{n.Node, n.Reached, n.EndsHere, n.Attempts, n.Failures})
+		rows = append(rows, row{n.Node, n.Reached, n.EndsHere, n.FailedForGood, n.Attempts, n.Failures})
 	}
-	require.Equal(t, []row{{"signup", 10, 6, 0, 0}, {"email", 4, 1, 0, 0}, {"verified", 3, 3, 4, 1}}, rows)
+	// The bad email ends where it failed for good, at verified.
+	require.Equal(t, []row{{"signup", 10, 6, 0, 0, 0}, {"email", 4, 0, 0, 0, 0}, {"verified", 3, 4, 1, 4, 1}}, rows)
 	require.Len(t, got.Series, 48, "24 hours in half hours")
 	require.EqualValues(t, 10, got.Series[47].Started)
+	require.EqualValues(t, 1, got.Series[47].FailedForGood)
+	require.Contains(t, stdout, `"failed_for_good": 1`)
 
 	code, stdout, stderr = runAs(t, url, "insights", "funnel", "-schema", schema)
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, `signup\s+input\s+█{30}\s+10\s+100.0%`, stdout)
 	require.Regexp(t, `email\s+input\s+█{12}\s+4\s+40.0%`, stdout)
+	require.Regexp(t, `FAILED FOR GOOD\s+ATTEMPTS / FAILED / ABANDONED\n`, stdout)
+	require.Regexp(t, `verified\s+compute\s+█+\s+3\s+30.0%\s+\S+ / \S+\s+1\s+1\s+4 / 1 / 0`, stdout, "a failure ends at once")
+
+	code, stdout, stderr = runAs(t, url, "insights", "funnel", "-schema", schema, "-since", "2562047h")
+	require.Equal(t, 1, code, stdout)
+	require.Contains(t, stderr, "an insights window or bucket is 100 years (876000h0m0s) at most (got 2562047h0m0s")
 
 	code, _, stderr = runAs(t, url, "insights", "nope", "-schema", schema)
 	require.Equal(t, 1, code)

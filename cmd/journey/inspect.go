@@ -133,8 +133,8 @@ compatible version with "journey graphs move".`
 func runGraphsMove(ctx context.Context, env *environment, args []string) int {
 	fs, of := newOpsFlagSet(env, "graphs move", "NAME FROM TO [-schema name]",
 		"move moves every execution of graph NAME at version FROM to version TO, which must keep every node of FROM, "+
-			"of the same kind, and may add nodes; no live replica may serve FROM any more. The executions advance by "+
-			"the gates of TO at the next sweep of a replica that serves it.")
+			"of the same kind, and may add nodes; no live replica may serve FROM any more, and no attempt of FROM may be "+
+			"running. The executions advance by the gates of TO at the next sweep of a replica that serves it.")
 	pos, code, ok := parseArgs(env, fs, args, "NAME", "FROM", "TO")
 	if !ok {
 		return code
