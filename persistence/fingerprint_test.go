@@ -64,6 +64,7 @@ func TestRecordGraphsKeepsTheRecordedDefinitionWhileItIsUsed(t *testing.T) {
 		{name: "a live replica serves it", replica: "replica-b", refused: "(live replicas serve it: replica-a)"},
 		{name: "an archived execution", replica: "replica-b", refused: "(executions of it exist)",
 			arrange: func(t *testing.T, b *bundle) {
+				t.Helper()
 				_, err := b.store.CreateExecution(context.Background(), b.g)
 				require.NoError(t, err)
 				b.exec(t, `UPDATE {s}.executions SET archived_at = now()`)
@@ -71,15 +72,17 @@ func TestRecordGraphsKeepsTheRecordedDefinitionWhileItIsUsed(t *testing.T) {
 			}},
 		{name: "both", replica: "replica-b", refused: "(executions of it exist; live replicas serve it: replica-a)",
 			arrange: func(t *testing.T, b *bundle) {
+				t.Helper()
 				_, err := b.store.CreateExecution(context.Background(), b.g)
 				require.NoError(t, err)
 			}},
 		{name: "its replica stopped", replica: "replica-b",
 			arrange: func(t *testing.T, b *bundle) {
+				t.Helper()
 				require.NoError(t, b.store.DeleteReplica(context.Background(), "replica-a", testIdentity.Incarnation))
 			}},
 		{name: "its replica went stale", replica: "replica-b",
-			arrange: func(t *testing.T, b *bundle) { b.clock.Advance(2 * staleAfter) }},
+			arrange: func(_ *testing.T, b *bundle) { b.clock.Advance(2 * staleAfter) }},
 		{name: "its replica restarted with the change", replica: "replica-a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

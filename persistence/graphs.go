@@ -302,19 +302,18 @@ func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, 
 	// locks the move takes on them, or made before, and then seen RUNNING. A replica that starts
 	// serving from while the move runs is seen by the check made once the move holds every row it
 	// moves; one that starts later finds them moved, or locked (claims skip locked rows).
-	var refused error
 	var moved int64
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if refused = s.refuseServed(ctx, tx, name, from); refused != nil {
-			return refused
+		if err := s.refuseServed(ctx, tx, name, from); err != nil {
+			return err
 		}
 		var running int64
 		if err := tx.NewRaw(s.q(`SELECT count(*) FROM {s}.computations WHERE graph_key = ? AND state = 'RUNNING'`),
 			key).Scan(ctx, &running); err != nil {
 			return err
 		}
-		if refused = refuseRunning(name, from, running); refused != nil {
-			return refused
+		if err := refuseRunning(name, from, running); err != nil {
+			return err
 		}
 		var res struct {
 			Moved   int64 `bun:"moved"`
@@ -333,19 +332,19 @@ func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, 
 		if err != nil {
 			return err
 		}
-		if refused = refuseRunning(name, from, res.Running); refused != nil {
-			return refused
+		if err := refuseRunning(name, from, res.Running); err != nil {
+			return err
 		}
-		if refused = s.refuseServed(ctx, tx, name, from); refused != nil {
-			return refused
+		if err := s.refuseServed(ctx, tx, name, from); err != nil {
+			return err
 		}
 		moved = res.Moved
 		_, err = tx.ExecContext(ctx, "SELECT pg_notify(?, ?)", s.channel, PayloadWork)
 		return err
 	})
 	switch {
-	case refused != nil:
-		return 0, refused
+	case errors.Is(err, ErrBadRequest):
+		return 0, err // a refusal, which says why
 	case err != nil:
 		return 0, fmt.Errorf("moving the executions of graph %q from version %q to %q: %w", name, from, to, err)
 	}

@@ -472,7 +472,7 @@ func TestWatermarkStaysBehindTransactionsOfOtherRoles(t *testing.T) {
 func TestNextWatch(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	at := t0.Add
 
 	r, w := nextWatch(nil, sight{At: t0, Xmin: 100, Vxids: []string{"3/1"}})
 	require.Equal(t, rollRange{CatchXmin: 100}, r, "the first roll marks every row")
