@@ -28,8 +28,9 @@ func identityConfig(t *testing.T, pollOnly bool) (journey.Config, *graph.Graph) 
 // replicaRow reads who holds a replica's row, and since when.
 func replicaRow(t *testing.T, schema, id string) (incarnation, holder string, startedAt time.Time) {
 	t.Helper()
-	err := pgtest.DB(t).QueryRowContext(testCtx(t), `SELECT incarnation::text, holder, started_at FROM `+
-		pgx.Identifier{schema, "replica_heartbeats"}.Sanitize()+` WHERE replica_id = $1`, id).Scan(&incarnation, &holder, &startedAt)
+	err := pgtest.DB(t).QueryRowContext(testCtx(t), `SELECT h.incarnation::text, h.holder, r.started_at FROM `+
+		pgx.Identifier{schema, "replica_heartbeats"}.Sanitize()+` r JOIN `+pgx.Identifier{schema, "replica_holders"}.Sanitize()+
+		` h ON h.replica_id = r.replica_id WHERE r.replica_id = $1`, id).Scan(&incarnation, &holder, &startedAt)
 	require.NoError(t, err)
 	return incarnation, holder, startedAt
 }
@@ -81,7 +82,8 @@ func TestReplicaThatFindsItsRowTakenHalts(t *testing.T) {
 	db := pgtest.DB(t)
 	table := pgx.Identifier{cfg.Schema, "replica_heartbeats"}.Sanitize()
 	const thief = "00000000-0000-4000-8000-00000000beef"
-	_, err = db.ExecContext(ctx, `UPDATE `+table+` SET incarnation = $1, holder = 'another process' WHERE replica_id = 'shared'`, thief)
+	_, err = db.ExecContext(ctx, `UPDATE `+pgx.Identifier{cfg.Schema, "replica_holders"}.Sanitize()+
+		` SET incarnation = $1, holder = 'another process' WHERE replica_id = 'shared'`, thief)
 	require.NoError(t, err)
 	waitFor(t, "the replica to halt", func() bool {
 		_, err := a.Start(ctx, g)

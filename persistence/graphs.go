@@ -172,7 +172,7 @@ func (s *Store) RecordGraphs(ctx context.Context, replicaID string, id Identity,
 				FROM changed c
 				WHERE f.graph_name = c.name AND f.graph_version = c.version AND NOT c.executions AND cardinality(c.replicas) = 0
 				RETURNING f.graph_name, f.graph_version),
-			beat AS (`+heartbeatQuery+` RETURNING r.replica_id),
+			`+heartbeatCTEs+`,
 			versions AS (INSERT INTO {s}.graph_versions AS v (graph_name, graph_version, nodes, mermaid, first_seen_at, last_seen_at)
 				SELECT g.name, g.version, g.nodes::jsonb, g.mermaid, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now())
 				FROM beat, unnest(?::text[], ?::text[], ?::text[], ?::text[]) AS g(name, version, nodes, mermaid)

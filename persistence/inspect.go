@@ -489,6 +489,9 @@ func orEmpty[T any](s []T) []T {
 // ReplicaStatus is a replica with the age of its heartbeat and the computations it runs.
 type ReplicaStatus struct {
 	Replica
+	// Holder is the process that holds the replica's id, its host and pid; nil for a replica of a
+	// release before they were recorded.
+	Holder *string `bun:"holder" json:"holder,omitempty"`
 	// HeartbeatAge is how long ago it last heartbeat, in milliseconds.
 	HeartbeatAgeMS int64 `bun:"heartbeat_age_ms" json:"heartbeat_age_ms"`
 	// Running counts the computations it runs.
@@ -502,7 +505,8 @@ func (s *Store) ReplicaStatuses(ctx context.Context) ([]ReplicaStatus, error) {
 	err := s.db.NewRaw(s.q(`SELECT `+cols("r", replicaColumns)+`,
 			r.last_heartbeat < coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond' AS stale,
 			(extract(epoch FROM coalesce(?::timestamptz, now()) - r.last_heartbeat) * 1000)::bigint AS heartbeat_age_ms,
-			(SELECT count(*) FROM {s}.computations c WHERE c.state = 'RUNNING' AND c.replica_id = r.replica_id) AS running
+			(SELECT count(*) FROM {s}.computations c WHERE c.state = 'RUNNING' AND c.replica_id = r.replica_id) AS running,
+			(SELECT h.holder FROM {s}.replica_holders h WHERE h.replica_id = r.replica_id) AS holder
 		FROM {s}.replica_heartbeats r ORDER BY r.last_heartbeat DESC, r.replica_id`),
 		s.clock.NowOrNil(), s.clock.NowOrNil()).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {

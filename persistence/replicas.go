@@ -31,9 +31,6 @@ type Replica struct {
 	StaleAfterMS  int64     `bun:"stale_after_ms"`
 	// Targets are the deliveries the replica can make, as Route.String gives them.
 	Targets []string `bun:"targets,array"`
-	// Holder is the process that holds the row, its host and pid; nil for a replica of a release
-	// before they were recorded.
-	Holder *string `bun:"holder"`
 	// Stale is true when the row is older than the replica's own stale-after.
 	Stale bool `bun:"stale"`
 }
@@ -69,7 +66,7 @@ func (s *Store) ReplicaHeartbeat(ctx context.Context, replicaID string, id Ident
 	var rows []struct {
 		Oldest int `bun:"oldest"`
 	}
-	err := s.heartbeatDB().NewRaw(s.q(heartbeatQuery+` RETURNING (SELECT oldest FROM {s}.schema_release) AS oldest`),
+	err := s.heartbeatDB().NewRaw(s.q(`WITH `+heartbeatCTEs+` SELECT (SELECT oldest FROM {s}.schema_release) AS oldest FROM beat`),
 		s.heartbeatArgs(replicaID, id, staleAfter, start)...).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return BeatResult{}, fmt.Errorf("writing the heartbeat of replica %s: %w", replicaID, err)
@@ -80,21 +77,27 @@ func (s *Store) ReplicaHeartbeat(ctx context.Context, replicaID string, id Ident
 	return BeatResult{Oldest: rows[0].Oldest}, nil
 }
 
-// heartbeatQuery upserts a replica's row, with the arguments that heartbeatArgs gives: a first
-// heartbeat takes the row over, a later one writes only while the row is its process's.
-const heartbeatQuery = `INSERT INTO {s}.replica_heartbeats AS r
-		(replica_id, last_heartbeat, started_at, graphs, stale_after_ms, targets, incarnation, holder, locked)
-	VALUES (?, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?, ?, ?::uuid, ?, ?)
-	ON CONFLICT (replica_id) DO UPDATE
-	SET last_heartbeat = excluded.last_heartbeat, graphs = excluded.graphs, stale_after_ms = excluded.stale_after_ms,
-		targets = excluded.targets, started_at = CASE WHEN ? THEN excluded.started_at ELSE r.started_at END,
-		incarnation = excluded.incarnation, holder = excluded.holder, locked = excluded.locked
-	WHERE ? OR r.incarnation IS NOT DISTINCT FROM excluded.incarnation OR r.incarnation IS NULL`
+// heartbeatCTEs are the two CTEs of a replica's heartbeat, with the arguments that heartbeatArgs
+// gives: held writes the process that holds the replica's id, and beat, only if held did, upserts
+// the replica's row. A first heartbeat takes the id over; a later one writes only while the id is
+// its process's. (A replica of a release before holders were recorded has no holder's row: the
+// first heartbeat of this release inserts one.)
+const heartbeatCTEs = `held AS (INSERT INTO {s}.replica_holders AS h (replica_id, incarnation, holder, locked)
+		VALUES (?, ?::uuid, ?, ?)
+		ON CONFLICT (replica_id) DO UPDATE SET incarnation = excluded.incarnation, holder = excluded.holder, locked = excluded.locked
+		WHERE ? OR h.incarnation = excluded.incarnation
+		RETURNING h.replica_id),
+	beat AS (INSERT INTO {s}.replica_heartbeats AS r (replica_id, last_heartbeat, started_at, graphs, stale_after_ms, targets)
+		SELECT held.replica_id, coalesce(?::timestamptz, now()), coalesce(?::timestamptz, now()), ?, ?, ? FROM held
+		ON CONFLICT (replica_id) DO UPDATE
+		SET last_heartbeat = excluded.last_heartbeat, graphs = excluded.graphs, stale_after_ms = excluded.stale_after_ms,
+			targets = excluded.targets, started_at = CASE WHEN ? THEN excluded.started_at ELSE r.started_at END
+		RETURNING r.replica_id)`
 
-// heartbeatArgs are the arguments of heartbeatQuery.
+// heartbeatArgs are the arguments of heartbeatCTEs.
 func (s *Store) heartbeatArgs(replicaID string, id Identity, staleAfter time.Duration, start bool) []any {
-	return []any{replicaID, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds(),
-		pgdialect.Array(s.routes), id.Incarnation, id.Holder, id.Locked, start, start}
+	return []any{replicaID, id.Incarnation, id.Holder, id.Locked, start,
+		s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(s.keys), staleAfter.Milliseconds(), pgdialect.Array(s.routes), start}
 }
 
 // CheckRelease returns an error wrapping ErrReleaseRetired if the schema's oldest release is
@@ -160,10 +163,11 @@ type ReplicaHold struct {
 // ReplicaRow reads who holds replicaID's row, nil if none does.
 func (s *Store) ReplicaRow(ctx context.Context, replicaID string) (*ReplicaHold, error) {
 	var rows []ReplicaHold
-	err := s.db.NewRaw(s.q(`SELECT incarnation, holder, locked, last_heartbeat,
-			last_heartbeat + stale_after_ms * interval '1 millisecond' AS until,
-			last_heartbeat < coalesce(?::timestamptz, now()) - stale_after_ms * interval '1 millisecond' AS stale
-		FROM {s}.replica_heartbeats WHERE replica_id = ?`), s.clock.NowOrNil(), replicaID).Scan(ctx, &rows)
+	err := s.db.NewRaw(s.q(`SELECT h.incarnation, h.holder, h.locked, r.last_heartbeat,
+			r.last_heartbeat + r.stale_after_ms * interval '1 millisecond' AS until,
+			r.last_heartbeat < coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond' AS stale
+		FROM {s}.replica_heartbeats r LEFT JOIN {s}.replica_holders h ON h.replica_id = r.replica_id
+		WHERE r.replica_id = ?`), s.clock.NowOrNil(), replicaID).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("reading the row of replica %s: %w", replicaID, err)
 	}
@@ -177,7 +181,8 @@ func (s *Store) ReplicaRow(ctx context.Context, replicaID string) (*ReplicaHold,
 // incarnation still holds it, and records that its graph versions were served until now.
 func (s *Store) DeleteReplica(ctx context.Context, replicaID, incarnation string) error {
 	var n int
-	err := s.db.NewRaw(s.q(deleteReplicasQuery("replica_id = ? AND incarnation IS NOT DISTINCT FROM ?::uuid",
+	err := s.db.NewRaw(s.q(deleteReplicasQuery(`replica_id = ? AND NOT EXISTS (SELECT 1 FROM {s}.replica_holders h
+			WHERE h.replica_id = replica_heartbeats.replica_id AND h.incarnation <> ?::uuid)`,
 		"coalesce(?::timestamptz, now())")), replicaID, incarnation, s.clock.NowOrNil()).Scan(ctx, &n)
 	if err != nil {
 		return fmt.Errorf("deleting replica %s: %w", replicaID, err)
@@ -191,7 +196,8 @@ func (s *Store) DeleteReplica(ctx context.Context, replicaID, incarnation string
 // graph_versions row keeps when it was last served (see GraphSummary.UnservedSince). It returns
 // the number of rows deleted.
 func deleteReplicasQuery(where, at string) string {
-	return `WITH d AS (DELETE FROM {s}.replica_heartbeats WHERE ` + where + ` RETURNING graphs, last_heartbeat),
+	return `WITH d AS (DELETE FROM {s}.replica_heartbeats WHERE ` + where + ` RETURNING replica_id, graphs, last_heartbeat),
+		holders AS (DELETE FROM {s}.replica_holders h USING d WHERE h.replica_id = d.replica_id),
 		seen AS (SELECT g.key, max(` + at + `) AS at FROM d CROSS JOIN unnest(d.graphs) AS g(key) GROUP BY g.key),
 		refreshed AS (UPDATE {s}.graph_versions v SET last_seen_at = greatest(v.last_seen_at, seen.at)
 			FROM seen WHERE v.graph_name || '@' || v.graph_version = seen.key)

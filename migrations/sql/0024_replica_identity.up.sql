@@ -2,14 +2,19 @@
 -- the target schema.
 
 -- The process that holds a replica's row: a random id of its own (incarnation), which every
--- heartbeat of the process must find there, and who it is (host and pid), for the error that
+-- heartbeat of the process must find here, and who it is (host and pid), for the error that
 -- refuses a second process with the same ReplicaID. locked: it keeps the advisory lock of its id
 -- on a session of its own (its LISTEN connection), which dies with its process; a process under
--- Config.PollOnly keeps none, and only its heartbeat says whether it lives. Nullable: a replica
--- of a release before this one writes its row without them.
-ALTER TABLE {{schema}}.replica_heartbeats ADD COLUMN IF NOT EXISTS incarnation uuid;
-ALTER TABLE {{schema}}.replica_heartbeats ADD COLUMN IF NOT EXISTS holder text;
-ALTER TABLE {{schema}}.replica_heartbeats ADD COLUMN IF NOT EXISTS locked boolean;
+-- Config.PollOnly keeps none, and only its heartbeat says whether it lives. A table of its own,
+-- not columns of replica_heartbeats: releases before they named their columns read that table with
+-- SELECT *, which fails on a column it does not know. A replica of a release before this one
+-- heartbeats without a row here.
+CREATE TABLE IF NOT EXISTS {{schema}}.replica_holders (
+    replica_id  text    PRIMARY KEY,
+    incarnation uuid    NOT NULL,
+    holder      text    NOT NULL,
+    locked      boolean NOT NULL
+);
 
 -- The oldest release of journey-go that may still run on this schema (persistence.Release): a
 -- replica of an older one refuses to start, and stops claiming once it reads a higher number at a
