@@ -85,12 +85,7 @@ func TestReplicaThatFindsItsRowTakenHalts(t *testing.T) {
 	_, err = db.ExecContext(ctx, `UPDATE `+pgx.Identifier{cfg.Schema, "replica_holders"}.Sanitize()+
 		` SET incarnation = $1, holder = 'another process' WHERE replica_id = 'shared'`, thief)
 	require.NoError(t, err)
-	waitFor(t, "the replica to halt", func() bool {
-		_, err := a.Start(ctx, g)
-		return errors.Is(err, journey.ErrReplicaIDInUse)
-	})
-	_, err = a.Start(ctx, g)
-	require.ErrorContains(t, err, "another process has taken the row of replica shared")
+	awaitHalt(t, a, g, journey.ErrReplicaIDInUse, "another process has taken the row of replica shared")
 	var beat time.Time
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT last_heartbeat FROM `+table+` WHERE replica_id = 'shared'`).Scan(&beat))
 	require.NoError(t, a.Stop(ctx))
@@ -116,12 +111,7 @@ func TestReplicaOfARetiredReleaseRefusesAndHalts(t *testing.T) {
 	_, err = db.ExecContext(ctx, `UPDATE `+release+` SET oldest = $1, why = 'the row shape changed'`, persistence.Release+1)
 	require.NoError(t, err)
 
-	waitFor(t, "the replica to halt", func() bool {
-		_, err := a.Start(ctx, g)
-		return errors.Is(err, journey.ErrReleaseRetired)
-	})
-	_, err = a.Start(ctx, g)
-	require.ErrorContains(t, err, "stop it, and deploy the new release")
+	awaitHalt(t, a, g, journey.ErrReleaseRetired, "stop it, and deploy the new release")
 	require.NoError(t, a.Stop(ctx))
 
 	other := cfg
@@ -134,4 +124,16 @@ func TestReplicaOfARetiredReleaseRefusesAndHalts(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM `+pgx.Identifier{cfg.Schema, "replica_heartbeats"}.Sanitize()+
 		` WHERE replica_id = 'newcomer'`).Scan(&n))
 	require.Zero(t, n, "the refused replica wrote nothing")
+}
+
+// awaitHalt waits until the replica rt halts, and its calls return an error that wraps sentinel
+// and says says.
+func awaitHalt(t *testing.T, rt *journey.Runtime, g *graph.Graph, sentinel error, says string) {
+	t.Helper()
+	waitFor(t, "the replica to halt", func() bool {
+		_, err := rt.Start(testCtx(t), g)
+		return errors.Is(err, sentinel)
+	})
+	_, err := rt.Start(testCtx(t), g)
+	require.ErrorContains(t, err, says)
 }

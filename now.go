@@ -66,7 +66,7 @@ func (r *Runtime) stopObservingClock() {
 func (r *Runtime) timeMoved() {
 	r.moves.mu.Lock()
 	defer r.moves.mu.Unlock()
-	if r.moves.stopped {
+	if r.moves.stopped || r.isHalted() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)

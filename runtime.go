@@ -299,11 +299,11 @@ func (r *Runtime) start(listen *pgx.Conn) {
 			SendTimeout: r.cfg.NotificationTimeout, Backoff: r.cfg.Test.NotificationBackoff,
 			Horizon: r.cfg.NotificationRetryHorizon, MaxAttempts: r.cfg.MaxDeliveryAttempts,
 		},
-		Send: r.send, PollInterval: r.cfg.PollInterval, Logger: r.logger, Telemetry: r.tel,
+		Send: r.send, PollInterval: r.cfg.PollInterval, Logger: r.logger, Telemetry: r.tel, Halted: r.isHalted,
 	}))
 	r.sweep = sweeper.New(sweeper.Config{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.SweepInterval, Retention: r.cfg.Retention, Logger: r.logger,
-		Telemetry: r.tel,
+		Telemetry: r.tel, Halted: r.isHalted,
 	})
 	r.sweeper = root.Spawn(r.sweep.Props())
 	if r.cfg.PollOnly {
@@ -338,6 +338,10 @@ func (r *Runtime) start(listen *pgx.Conn) {
 		Logger: r.logger,
 	}))
 }
+
+// isHalted reports whether the replica has halted (see actors.ReplicaConfig.OnHalt): it claims,
+// sweeps and delivers nothing more.
+func (r *Runtime) isHalted() bool { return r.halted.Load() != nil }
 
 // beat notes that this replica has just written its heartbeat.
 func (r *Runtime) beat() { r.lastBeat.Store(time.Now().UnixNano()) }
@@ -422,7 +426,7 @@ func (r *Runtime) stop(ctx context.Context) error {
 	// without it, another replica would take them over at once. A halted replica leaves its
 	// claims and its row alone: another process holds the row, and its claims too, or the schema
 	// is a newer release's.
-	if returned && r.halted.Load() == nil {
+	if returned && !r.isHalted() {
 		// Claims left RUNNING now are claims that no attempt took up: the stop ended their claim
 		// or write before its answer came back, though the database committed it.
 		if n, err := r.store.ReleaseReplica(dctx, r.cfg.ReplicaID); err != nil {

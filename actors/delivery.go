@@ -28,6 +28,8 @@ type DeliveryConfig struct {
 	Logger       *slog.Logger
 	// Telemetry counts the deliveries. Default: none.
 	Telemetry *telemetry.Telemetry
+	// Halted, if set, reports whether the replica has halted: it delivers nothing more.
+	Halted func() bool
 }
 
 type deliveryTick struct{}
@@ -76,6 +78,9 @@ func (d *delivery) Receive(ctx actor.Context) {
 
 // runOnce delivers what is due, up to a bound.
 func (d *delivery) runOnce() {
+	if d.cfg.Halted != nil && d.cfg.Halted() {
+		return
+	}
 	for range maxDeliveriesPerRound {
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Policy.SendTimeout+persistence.DeliverySlack)
 		var sent *persistence.Notice

@@ -59,6 +59,10 @@ type Config struct {
 	Logger        *slog.Logger
 	// Telemetry counts the abandonments. Default: none.
 	Telemetry *telemetry.Telemetry
+	// Halted, if set, reports whether the replica has halted (another process took its id, or
+	// the schema moved past its release): it sweeps nothing more, and Release leaves the lease,
+	// which its id may name for another process.
+	Halted func() bool
 }
 
 // sampleTimeout bounds the query of a sample of the active computations.
@@ -233,8 +237,14 @@ func (s *Sweeper) Release(ctx context.Context) error {
 	s.stopRoll()
 	s.rolling.Wait()
 	s.sweeping.Store(false)
+	if s.halted() {
+		return nil
+	}
 	return s.cfg.Store.ReleaseLease(ctx, s.cfg.Store.SweepLease(), s.cfg.ReplicaID)
 }
+
+// halted reports whether the replica has halted (Config.Halted).
+func (s *Sweeper) halted() bool { return s.cfg.Halted != nil && s.cfg.Halted() }
 
 type tick struct{}
 
@@ -298,6 +308,9 @@ func (a *sweeperActor) Receive(ctx actor.Context) {
 // Interval's batch would be all that retention deletes, 20 rows a second per table by default,
 // less than a busy replica makes.
 func (a *sweeperActor) pass() (full, behind bool) {
+	if a.s.halted() {
+		return false, false
+	}
 	a.carryOut()
 	ctx, cancel := context.WithTimeout(context.Background(), passTimeout)
 	defer cancel()
@@ -311,6 +324,9 @@ func (a *sweeperActor) pass() (full, behind bool) {
 
 // carryOut carries out the open requests, logging a failure: the next pass tries again.
 func (a *sweeperActor) carryOut() {
+	if a.s.halted() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), passTimeout)
 	defer cancel()
 	if _, err := a.s.CarryOut(ctx); err != nil {
