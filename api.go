@@ -187,7 +187,7 @@ func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOpti
 	}
 	// The id is chosen before the first try: a try made again, when the COMMIT of the one before
 	// got no answer, gets the execution that one made, if it did, instead of a second.
-	id := r.store.NewID(g)
+	id := r.store.NewID(g, o.key)
 	// A traced Start goes alone: the attempts it creates link to its own span.
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set}, []string{o.key}, []string{id})

@@ -186,14 +186,14 @@ func TestFailedCommitClaimsNothing(t *testing.T) {
 	claims.started(t)
 	ctx := testCtx(t)
 	db := pgtest.DB(t)
-	table := pgx.Identifier{cfg.Schema, "computations"}.Sanitize()
+	table := pgx.Identifier{cfg.Schema, "nodes"}.Sanitize()
 	fn := pgx.Identifier{cfg.Schema, "refuse_claimed"}.Sanitize()
-	// A deferred constraint trigger fails the COMMIT itself of a write that inserts a claimed
+	// A deferred constraint trigger fails the COMMIT itself of a write that writes a claimed
 	// attempt.
 	_, err := db.ExecContext(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'injected: the COMMIT fails'; END $$`)
 	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `CREATE CONSTRAINT TRIGGER refuse_claimed AFTER INSERT ON `+table+`
+	_, err = db.ExecContext(ctx, `CREATE CONSTRAINT TRIGGER refuse_claimed AFTER INSERT OR UPDATE ON `+table+`
 		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.replica_id IS NOT NULL) EXECUTE FUNCTION `+fn+`()`)
 	require.NoError(t, err)
 

@@ -33,10 +33,10 @@ func TestWaitingGetLooksFirst(t *testing.T) {
 			require.NoError(t, err)
 			// Another writer's change, with no notification.
 			db := pgtest.DB(t)
-			_, err = db.ExecContext(ctx, `WITH e AS (UPDATE `+pgx.Identifier{cfg.Schema, "executions"}.Sanitize()+`
-					SET revision = revision + 1 WHERE id = $1 RETURNING id, revision)
-				INSERT INTO `+pgx.Identifier{cfg.Schema, "values"}.Sanitize()+` (execution_id, node, value, revision, set_at)
-				SELECT id, 'w', '"from elsewhere"', revision, now() FROM e`, ex.ID)
+			_, err = db.ExecContext(ctx, `INSERT INTO `+pgx.Identifier{cfg.Schema, "nodes"}.Sanitize()+`
+					(lane, execution_id, node, graph_key, rev, changed_at, value, value_rev, set_at, hseq)
+				SELECT lane, execution_id, 'w', graph_key, $2::bigint + 1, now(), '"from elsewhere"', $2::bigint + 1, now(), hseq + 1
+				FROM `+pgx.Identifier{cfg.Schema, "nodes"}.Sanitize()+` WHERE execution_id = $1 AND node = 'x'`, ex.ID, rev)
 			require.NoError(t, err)
 
 			gctx, cancel := context.WithTimeout(ctx, 10*time.Second) // far below the poll

@@ -170,17 +170,23 @@ func TestStopReleasesTheClaimsThatNoAttemptTookUp(t *testing.T) {
 	require.NoError(t, err)
 	_, err = rt.Get(ctx, ex.ID, "y", journey.WaitAny())
 	require.NoError(t, err)
-	// The unanswered claim: a second attempt of y, RUNNING under the replica's claim.
-	computations := pgx.Identifier{cfg.Schema, "computations"}.Sanitize()
+	// The unanswered claim: a second attempt of y, RUNNING under the replica's claim, which
+	// replaces the first.
+	table := func(name string) string { return pgx.Identifier{cfg.Schema, name}.Sanitize() }
+	const attemptColumns = `lane, execution_id, node, graph_key, attempt_id, state, attempt, max_attempts, replica_id,
+		claim_token, run_at, claimed_at, deadline, heartbeat_deadline, last_heartbeat_at, abandon_after_ms,
+		heartbeat_timeout_ms, computed_with, error, concurrency_key, max_parallel, created_at, finished_at,
+		available_at, traceparent`
 	var id int64
-	require.NoError(t, pgtest.DB(t).QueryRowContext(ctx, `INSERT INTO `+computations+`
-			(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-			 heartbeat_timeout_ms, computed_with, replica_id, claim_token, claimed_at, deadline, heartbeat_deadline)
-		SELECT execution_id, graph_key, node, 'RUNNING', 2, max_attempts, now(), abandon_after_ms,
-			heartbeat_timeout_ms, computed_with, $2, gen_random_uuid(), now(), now() + interval '1 hour',
-			now() + interval '1 hour'
-		FROM `+computations+` WHERE execution_id = $1 AND node = 'y'
-		RETURNING id`, ex.ID, cfg.ReplicaID).Scan(&id))
+	require.NoError(t, pgtest.DB(t).QueryRowContext(ctx, `WITH replaced AS (
+			INSERT INTO `+table("attempts")+` (`+attemptColumns+`)
+			SELECT `+attemptColumns+` FROM `+table("nodes")+` WHERE execution_id = $1 AND node = 'y'
+			RETURNING lane, execution_id, node, attempt_id)
+		UPDATE `+table("nodes")+` n SET attempt_id = r.attempt_id + 1, state = 'RUNNING', attempt = 2, run_at = now(),
+			replica_id = $2, claim_token = gen_random_uuid(), claimed_at = now(), deadline = now() + interval '1 hour',
+			heartbeat_deadline = now() + interval '1 hour', finished_at = NULL, error = NULL
+		FROM replaced r WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node
+		RETURNING n.attempt_id`, ex.ID, cfg.ReplicaID).Scan(&id))
 
 	require.NoError(t, rt.Stop(stopCtx(t)))
 	got := attempts(t, observer(t, cfg.Schema), ex.ID, "y")

@@ -55,7 +55,7 @@ func countRows(t *testing.T, schema, table string) int {
 // requireNothingWritten fails unless the schema holds no execution and nothing of one.
 func requireNothingWritten(t *testing.T, schema string) {
 	t.Helper()
-	for _, table := range []string{"executions", "values", "value_history", "computations"} {
+	for _, table := range []string{"executions", "nodes", "value_history", "attempts"} {
 		require.Zero(t, countRows(t, schema, table), "rows in %s", table)
 	}
 }

@@ -116,12 +116,21 @@ func TestClaimedAttemptsStayUnderFourTimesMaxWorkers(t *testing.T) {
 	started, err := rt.StartMany(ctx, g, inputs)
 	require.NoError(t, err)
 
-	// Recording an outcome writes its value: a lock on the values table holds every outcome up,
-	// while the claims, which only read values, go on. No function returns before it is taken.
-	tx, err := pgtest.DB(t).BeginTx(ctx, nil)
+	// Recording an outcome writes its node row SUCCESS: a trigger that waits for an advisory lock
+	// that the test holds holds every outcome up, while the claims go on. No function returns
+	// before it is taken.
+	db := pgtest.DB(t)
+	holder, err := db.Conn(ctx)
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback() }()
-	_, err = tx.ExecContext(ctx, "LOCK TABLE "+pgx.Identifier{cfg.Schema, "values"}.Sanitize()+" IN EXCLUSIVE MODE")
+	defer func() { _ = holder.Close() }()
+	_, err = holder.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", cfg.Schema)
+	require.NoError(t, err)
+	fn, nodes := pgx.Identifier{cfg.Schema, "hold_outcomes"}.Sanitize(), pgx.Identifier{cfg.Schema, "nodes"}.Sanitize()
+	_, err = db.ExecContext(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock_shared(hashtext(TG_TABLE_SCHEMA)); RETURN NEW; END $$`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `CREATE TRIGGER hold_outcomes BEFORE UPDATE ON `+nodes+`
+		FOR EACH ROW WHEN (NEW.state = 'SUCCESS') EXECUTE FUNCTION `+fn+`()`)
 	require.NoError(t, err)
 	close(locked)
 
@@ -150,11 +159,11 @@ func TestClaimedAttemptsStayUnderFourTimesMaxWorkers(t *testing.T) {
 	require.LessOrEqual(t, slices.Max(held), bound, "attempts held, at each heartbeat: %v", held)
 	mu.Unlock()
 	var running int
-	require.NoError(t, pgtest.DB(t).QueryRowContext(ctx, "SELECT count(*) FROM "+
-		pgx.Identifier{cfg.Schema, "computations"}.Sanitize()+" WHERE state = 'RUNNING'").Scan(&running))
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+nodes+" WHERE state = 'RUNNING'").Scan(&running))
 	require.Equal(t, bound, running, "attempts claimed while the outcomes were held up")
 
-	require.NoError(t, tx.Rollback())
+	_, err = holder.ExecContext(ctx, "SELECT pg_advisory_unlock(hashtext($1))", cfg.Schema)
+	require.NoError(t, err)
 	for i, e := range started {
 		v, err := rt.Get(ctx, e.ID, "y", journey.WaitAny())
 		require.NoError(t, err)

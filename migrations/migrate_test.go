@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"go.uber.org/goleak"
@@ -124,4 +125,31 @@ func TestMigrateNeedsTwoConnections(t *testing.T) {
 	db.SetMaxOpenConns(1)
 	_, err := migrations.Migrate(t.Context(), db, pgtest.Schema(t), nil)
 	require.ErrorContains(t, err, "SetMaxOpenConns")
+}
+
+// The row shape's migration (0025) does not run beside a live replica, which it would break at
+// its next write: it fails with what to do, and changes nothing. Once the replica is gone (stale,
+// or deleted at its graceful stop), it runs.
+func TestRowShapeMigrationWaitsForTheReplicasToStop(t *testing.T) {
+	t.Parallel()
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	schema := pgtest.Schema(t)
+	_, err := migrations.MigrateThrough(t.Context(), db, schema, "0024", nil)
+	require.NoError(t, err)
+	heartbeats := pgx.Identifier{schema, "replica_heartbeats"}.Sanitize()
+	_, err = db.ExecContext(t.Context(), `INSERT INTO `+heartbeats+` (replica_id, last_heartbeat, started_at, graphs, stale_after_ms)
+		VALUES ('old-1', now(), now(), '{}', 20000), ('old-2', now() - interval '1 minute', now(), '{}', 20000)`)
+	require.NoError(t, err)
+	before := tables(t, db, schema)
+
+	_, err = migrations.Migrate(t.Context(), db, schema, nil)
+	require.ErrorContains(t, err, "replica(s) old-1 are live in schema "+schema+": stop them, then start this release again")
+	require.Equal(t, before, tables(t, db, schema), "nothing changed")
+
+	_, err = db.ExecContext(t.Context(), `UPDATE `+heartbeats+` SET last_heartbeat = now() - interval '21 seconds'`)
+	require.NoError(t, err)
+	applied, err := migrations.Migrate(t.Context(), db, schema, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"0025_row_shape"}, applied)
+	require.Contains(t, tables(t, db, schema), "nodes")
 }

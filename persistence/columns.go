@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -38,6 +39,38 @@ func tableColumns[T any](computed ...string) []string {
 		}
 	}
 	walk(reflect.TypeFor[T]())
+	return names
+}
+
+// executionRead selects an execution of the executions table alias as Execution scans it: its
+// revision is the greatest of the row's and of its node rows', and its updated_at their latest,
+// since the hot path writes the node rows alone.
+func (s *Store) executionRead(alias string) string {
+	names := make([]string, len(executionColumns))
+	for i, c := range executionColumns {
+		switch c {
+		case "revision":
+			names[i] = fmt.Sprintf(`greatest(%[1]s.revision, (SELECT max(n.rev) FROM {s}.nodes n
+				WHERE n.lane = %[1]s.lane AND n.execution_id = %[1]s.id)) AS revision`, alias)
+		case "updated_at":
+			names[i] = fmt.Sprintf(`greatest(%[1]s.updated_at, (SELECT max(n.changed_at) FROM {s}.nodes n
+				WHERE n.lane = %[1]s.lane AND n.execution_id = %[1]s.id)) AS updated_at`, alias)
+		default:
+			names[i] = alias + "." + c
+		}
+	}
+	return s.q(strings.Join(names, ", "))
+}
+
+// dbColumns returns the column of each field of T, as its db tag names it.
+func dbColumns[T any]() []string {
+	t := reflect.TypeFor[T]()
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("db"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
 	return names
 }
 

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -17,35 +16,47 @@ import (
 	"github.com/journey-go/journey/graph"
 )
 
+// attemptColumns selects, from a node row n, its current attempt as the columns of Computation.
+var attemptColumns = func() string {
+	names := make([]string, len(computationColumns))
+	for i, c := range computationColumns {
+		switch c {
+		case "id":
+			names[i] = "n.attempt_id AS id"
+		default:
+			names[i] = "n." + c
+		}
+	}
+	return strings.Join(names, ", ")
+}()
+
+// attemptsAsComputations selects, from an attempts row a, the columns of Computation.
+var attemptsAsComputations = strings.ReplaceAll(strings.ReplaceAll(attemptColumns, "n.attempt_id AS id", "a.attempt_id AS id"), "n.", "a.")
+
 // Claim takes up to limit AVAILABLE computations of the served graphs for replicaID, the
-// longest due first (by run_at, then id), in one statement. Each claimed row gets a fresh claim
-// token, its deadlines, and bumps its execution's revision; it comes back with its execution's
-// values under the claim's lock (see ClaimedValues), so the function needs no other read. It never waits
-// for a lock: a computation that another replica is claiming, or whose execution is being written
-// (its writer will NOTIFY when it commits), is left for a later claim. So the deadlines it sets
-// start when the claim starts, with nothing in between.
+// longest due first (by run_at, then attempt id). Each claimed attempt gets a fresh claim token,
+// its deadlines, and a revision of its execution; it comes back with its execution's values
+// under the claim's lock (see ClaimedValues), so the function needs no other read. It never waits
+// for a lock: an attempt that another replica is claiming, or whose execution is being written
+// (its writer will NOTIFY when it commits), is left for a later claim.
 //
-// The statement reads the values from its snapshot, but locks the newest row of each execution:
-// a write that commits in between is under the lock, and not in the snapshot. Every write to an
-// execution's values bumps its revision, so the statement compares the revision it locked with
-// the one its snapshot sees, and Claim reads again, in a second statement, the values of the
-// executions where they differ; that takes a write racing the claim, so the common case stays
-// one statement.
+// It takes two round trips, in one transaction. The first picks the attempts and locks them, and
+// their executions, skipping what is locked. The second, whose snapshot is taken once the locks
+// are held, claims them at the next revisions of their executions (the greatest revision of each
+// execution's rows, which no writer can change while the claim holds its lock), stamps their
+// deadlines from its own time, and reads their executions' values: what a writer committed just
+// before the claim took its lock is in what the function reads, and in the revisions.
 //
-// The statement is prepared, and planned once per connection for every limit and every state of
-// the table. Its shape keeps that one plan cheap whatever the statistics say, which in a queue go
+// The pick is prepared, and planned once per connection for every limit and every state of the
+// table. Its shape keeps that one plan cheap whatever the statistics say, which in a queue go
 // stale within seconds:
 //   - Each graph key is looked up on its own: a scan of an index for several keys at once
 //     (graph_key = ANY) comes out of PostgreSQL (before 17) unordered, and sorts every available
 //     attempt to find the first.
-//   - The order (run_at, id) is one that only computations_claim_idx gives. Ordered by id, the
-//     primary key gives it too, and a plan made when most attempts were AVAILABLE walked the
-//     primary key through every finished attempt.
+//   - The order (run_at, attempt_id) is one that only nodes_claim_idx gives.
 //   - The lookups' LIMIT is written into the text, as the power of two at or above limit (a few
-//     statements in all), where a parameter would be planned as a tenth of the table; and the
-//     rows are updated through the primary key, by = ANY(ARRAY(…)), whatever their estimate.
-//     Each key locks at most that many rows, for the statement's duration, and the claim takes
-//     limit of them.
+//     statements in all), where a parameter would be planned as a tenth of the table. Each key
+//     locks at most that many rows, until the claim commits, and the claim takes limit of them.
 func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Computation, error) {
 	if limit <= 0 || len(s.keys) == 0 {
 		return nil, nil
@@ -55,47 +66,67 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		window *= 2
 	}
 	var claimed []*Computation
-	err := withPgx(ctx, s.workDB(), func(pg *pgx.Conn) error {
-		rows, err := pg.Query(ctx, s.q(`WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
-			claimed AS (UPDATE {s}.computations c
-				SET state = 'RUNNING', replica_id = $2, claim_token = gen_random_uuid(), claimed_at = t.now,
-					deadline = t.now + c.abandon_after_ms * interval '1 millisecond',
-					heartbeat_deadline = t.now + c.heartbeat_timeout_ms * interval '1 millisecond',
-					last_heartbeat_at = t.now
-				FROM t
-				WHERE c.id = ANY(ARRAY(SELECT l.id FROM unnest($3::text[]) AS k(graph_key)
-					CROSS JOIN LATERAL (
-						SELECT a.id, a.run_at FROM {s}.computations a JOIN {s}.executions e ON e.id = a.execution_id
-						WHERE a.state = 'AVAILABLE' AND a.graph_key = k.graph_key AND e.archived_at IS NULL
-						ORDER BY a.run_at, a.id LIMIT `+strconv.Itoa(window)+`
-						FOR UPDATE OF a, e SKIP LOCKED) l
-					ORDER BY l.run_at, l.id LIMIT $4))
-				RETURNING `+cols("c", computationColumns)+`),
-			-- A claim is a revision of its execution; the claim above holds the executions' rows.
-			-- This updates their newest versions, and reports those that are not the versions
-			-- the statement's snapshot sees (x): the values below, read from that snapshot, may
-			-- be older than the lock.
-			bumped AS (UPDATE {s}.executions e SET revision = e.revision + n.claims
-				FROM (SELECT execution_id, count(*) AS claims FROM claimed GROUP BY execution_id) n
-				WHERE e.id = n.execution_id
-				RETURNING e.id, e.revision - n.claims <> (SELECT x.revision FROM {s}.executions x WHERE x.id = e.id) AS stale)
-			SELECT claimed.*, vs.*, claimed.execution_id = ANY(ARRAY(SELECT id FROM bumped WHERE stale)) AS claimed_stale
-			FROM claimed CROSS JOIN LATERAL (SELECT `+claimedValuesColumns+`
-				FROM {s}."values" v WHERE v.execution_id = claimed.execution_id) vs
-			ORDER BY claimed.id`),
-			s.clock.NowOrNil(), replicaID, s.keys, limit)
+	err := s.inTxn(ctx, s.workDB(), func(ctx context.Context, t *txn) error {
+		type picked struct {
+			Lane        int16  `db:"lane"`
+			ExecutionID string `db:"execution_id"`
+			Node        string `db:"node"`
+		}
+		var picks []*picked
+		err := t.send(ctx, step{s.q(`SELECT l.lane, l.execution_id, l.node FROM unnest($1::text[]) AS k(graph_key)
+			CROSS JOIN LATERAL (
+				SELECT n.lane, n.execution_id, n.node, n.run_at, n.attempt_id
+				FROM {s}.nodes n JOIN {s}.executions e ON e.lane = n.lane AND e.id = n.execution_id
+				WHERE n.state = 'AVAILABLE' AND n.graph_key = k.graph_key AND e.archived_at IS NULL
+				ORDER BY n.run_at, n.attempt_id LIMIT ` + strconv.Itoa(window) + `
+				FOR UPDATE OF n, e SKIP LOCKED) l
+			ORDER BY l.run_at, l.attempt_id LIMIT $2`), []any{s.keys, limit}, collect(&picks)})
+		if err != nil || len(picks) == 0 {
+			return err
+		}
+		lanes, ids, nodes, tokens := make([]int16, len(picks)), make([]string, len(picks)), make([]string, len(picks)), make([]string, len(picks))
+		for i, p := range picks {
+			lanes[i], ids[i], nodes[i], tokens[i] = p.Lane, p.ExecutionID, p.Node, NewUUID()
+		}
+		type execValues struct {
+			Lane        int16  `db:"lane"`
+			ExecutionID string `db:"execution_id"`
+			claimedValues
+		}
+		var values []*execValues
+		err = t.send(ctx,
+			step{s.q(`WITH c AS (
+					SELECT c.lane, c.execution_id, c.node, c.token,
+						row_number() OVER (PARTITION BY c.lane, c.execution_id ORDER BY c.node) AS rank
+					FROM unnest($1::smallint[], $2::text[], $3::text[], $4::uuid[]) AS c(lane, execution_id, node, token)),
+				b AS (SELECT e.lane, e.id, greatest(e.revision,
+						(SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = e.lane AND m.execution_id = e.id)) AS base
+					FROM {s}.executions e WHERE e.lane = ANY($1::smallint[]) AND e.id = ANY($2::text[])),
+				t AS (SELECT coalesce($6::timestamptz, statement_timestamp()) AS now)
+				UPDATE {s}.nodes n
+				SET state = 'RUNNING', replica_id = $5, claim_token = c.token, claimed_at = t.now,
+					deadline = t.now + n.abandon_after_ms * interval '1 millisecond',
+					heartbeat_deadline = t.now + n.heartbeat_timeout_ms * interval '1 millisecond',
+					last_heartbeat_at = t.now, rev = b.base + c.rank, changed_at = t.now
+				FROM c, b, t
+				WHERE n.lane = c.lane AND n.execution_id = c.execution_id AND n.node = c.node AND n.state = 'AVAILABLE'
+					AND b.lane = c.lane AND b.id = c.execution_id
+				RETURNING ` + attemptColumns),
+				[]any{lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil()}, collect(&claimed)},
+			step{s.q(`SELECT n.lane, n.execution_id, ` + claimedValuesColumns + ` FROM {s}.nodes n
+				WHERE n.lane = ANY($1::smallint[]) AND n.execution_id = ANY($2::text[]) AND n.value_rev IS NOT NULL
+				GROUP BY n.lane, n.execution_id`), []any{lanes, ids}, collect(&values)})
 		if err != nil {
 			return err
 		}
-		if claimed, err = scanAll[Computation](rows); err != nil {
-			return err
+		byID := make(map[string]claimedValues, len(values))
+		for _, v := range values {
+			byID[v.ExecutionID] = v.claimedValues
 		}
-		if err := s.readClaimedAgain(ctx, pg, claimed); err != nil {
-			// The claims hold: the values they carry are older than their locks, and the
-			// completion's advance recomputes what ran on them.
-			s.logger.Warn("reading again the values of claimed computations failed; they run on the values of the claim's snapshot",
-				"service", "dispatcher", "error", err)
+		for _, c := range claimed {
+			c.claimedValues = byID[c.ExecutionID]
 		}
+		slices.SortFunc(claimed, func(a, b *Computation) int { return cmpInt64(a.ID, b.ID) })
 		return nil
 	})
 	if err != nil {
@@ -104,51 +135,20 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 	return claimed, nil
 }
 
-// claimedValuesColumns aggregate the values v of an execution into the columns of claimedValues.
-const claimedValuesColumns = `array_agg(v.node) AS claimed_nodes, array_agg(v.value) AS claimed_raws,
-	array_agg(v.metadata) AS claimed_metas, array_agg(v.revision) AS claimed_revisions,
-	array_agg(v.set_at) AS claimed_set_ats`
-
-// readClaimedAgain reads again the values of the claimed computations whose execution changed
-// between the claim statement's snapshot and its lock (see claimedValues.ClaimedStale), in one
-// statement. A write to an execution's values bumps its revision in the same transaction, so the
-// others' values are those under the lock. The claim has committed: what this reads is at least
-// what the lock saw, and anything written since, the function may see too: its computed_with
-// records the revisions it used, and a completion recomputes from there.
-func (s *Store) readClaimedAgain(ctx context.Context, pg *pgx.Conn, claimed []*Computation) error {
-	var ids []string
-	for _, c := range claimed {
-		if c.ClaimedStale {
-			ids = append(ids, c.ExecutionID)
-		}
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
 	}
-	if len(ids) == 0 {
-		return nil
-	}
-	type execValues struct {
-		ExecutionID string `db:"execution_id"`
-		claimedValues
-	}
-	rows, err := pg.Query(ctx, s.q(`SELECT v.execution_id, `+claimedValuesColumns+`
-		FROM {s}."values" v WHERE v.execution_id = ANY($1::text[]) GROUP BY v.execution_id`), ids)
-	if err != nil {
-		return err
-	}
-	fresh, err := scanAll[execValues](rows)
-	if err != nil {
-		return err
-	}
-	byID := make(map[string]claimedValues, len(fresh))
-	for _, f := range fresh {
-		byID[f.ExecutionID] = f.claimedValues
-	}
-	for _, c := range claimed {
-		if c.ClaimedStale {
-			c.claimedValues = byID[c.ExecutionID] // none: the values were all cleared
-		}
-	}
-	return nil
+	return 0
 }
+
+// claimedValuesColumns aggregate the values n of an execution into the columns of claimedValues.
+const claimedValuesColumns = `array_agg(n.node) AS claimed_nodes, array_agg(n.value) AS claimed_raws,
+	array_agg(n.metadata) AS claimed_metas, array_agg(n.value_rev) AS claimed_revisions,
+	array_agg(n.set_at) AS claimed_set_ats`
 
 // ClaimedValues returns the values of the execution of a computation returned by Claim, as they
 // were when it was claimed.
@@ -169,19 +169,27 @@ func (c *Computation) ClaimedValues() (graph.Values, error) {
 	return vals, nil
 }
 
-// ClaimRef identifies a claim for a fenced write.
+// ClaimRef identifies a claim for a fenced write: the node row of the attempt, and its token.
 type ClaimRef struct {
-	ID    int64
-	Token string
+	ID          int64 // the attempt's
+	Lane        int16
+	ExecutionID string
+	Node        string
+	Token       string
 }
 
 // Ref returns the claim reference of a claimed computation.
 func (c *Computation) Ref() ClaimRef {
-	ref := ClaimRef{ID: c.ID}
-	if c.ClaimToken != nil {
-		ref.Token = *c.ClaimToken
+	return ClaimRef{ID: c.ID, Lane: c.Lane, ExecutionID: c.ExecutionID, Node: c.Node, Token: deref(c.ClaimToken)}
+}
+
+// refColumns returns the columns of refs.
+func refColumns(refs []ClaimRef) (lanes []int16, ids, nodes, tokens []string) {
+	lanes, ids, nodes, tokens = make([]int16, len(refs)), make([]string, len(refs)), make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		lanes[i], ids[i], nodes[i], tokens[i] = r.Lane, r.ExecutionID, r.Node, r.Token
 	}
-	return ref
+	return lanes, ids, nodes, tokens
 }
 
 // Beat is the outcome of one claim's heartbeat.
@@ -204,54 +212,51 @@ const (
 // Heartbeat extends the heartbeat deadlines of the given claims of replicaID, in one statement.
 // It never waits for a row lock, so a batch is never held up by one computation whose completion
 // holds its row, and two batches can never deadlock. It returns the outcome of each claim by id.
+// It changes no indexed column: its updates are HOT. It finds each row by its key: its state and
+// replica are tested with IS NOT DISTINCT FROM, which no index answers, so that no plan reads
+// every running attempt through nodes_running_replica_idx instead (on statistics of a few
+// running rows, that is the cheaper plan, and it stays cached as they grow).
 func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef) (map[int64]Beat, error) {
-	ids := make([]int64, len(refs))
-	tokens := make([]string, len(refs))
-	for i, r := range refs {
-		ids[i], tokens[i] = r.ID, r.Token
+	lanes, ids, nodes, tokens := refColumns(refs)
+	type beat struct {
+		ID    int64  `db:"id"`
+		State string `db:"state"`
+		Alive bool   `db:"alive"`
 	}
-	db := s.heartbeatDB()
-	var alive []int64
-	err := db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now),
-		held AS (SELECT c.id FROM {s}.computations c
-			JOIN unnest(?::bigint[], ?::uuid[]) AS r(id, token) ON c.id = r.id AND c.claim_token = r.token
-			WHERE c.state = 'RUNNING' AND c.replica_id = ?
-			ORDER BY c.id FOR UPDATE OF c SKIP LOCKED)
-		UPDATE {s}.computations c
-		SET heartbeat_deadline = t.now + c.heartbeat_timeout_ms * interval '1 millisecond', last_heartbeat_at = t.now
-		FROM t, held WHERE c.id = held.id
-		RETURNING c.id`),
-		s.clock.NowOrNil(), pgdialect.Array(ids), pgdialect.Array(tokens), replicaID).Scan(ctx, &alive)
-	if err != nil && !isNoRows(err) {
+	var beats []*beat
+	err := withPgx(ctx, s.heartbeatDB(), func(pg *pgx.Conn) error {
+		rows, err := pg.Query(ctx, s.q(`WITH t AS (SELECT coalesce($6::timestamptz, now()) AS now),
+			r AS (SELECT * FROM unnest($1::smallint[], $2::text[], $3::text[], $4::uuid[]) AS r(lane, execution_id, node, token)),
+			held AS (SELECT n.lane, n.execution_id, n.node FROM {s}.nodes n JOIN r
+					ON n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token
+				WHERE n.state IS NOT DISTINCT FROM 'RUNNING' AND n.replica_id IS NOT DISTINCT FROM $5
+				ORDER BY n.lane, n.execution_id, n.node FOR UPDATE OF n SKIP LOCKED),
+			beat AS (UPDATE {s}.nodes n
+				SET heartbeat_deadline = t.now + n.heartbeat_timeout_ms * interval '1 millisecond', last_heartbeat_at = t.now
+				FROM t, held WHERE n.lane = held.lane AND n.execution_id = held.execution_id AND n.node = held.node
+				RETURNING n.attempt_id)
+			SELECT n.attempt_id AS id, n.state, n.attempt_id IN (SELECT attempt_id FROM beat) AS alive
+			FROM {s}.nodes n JOIN r
+				ON n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token
+			WHERE n.replica_id IS NOT DISTINCT FROM $5`), lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil())
+		if err != nil {
+			return err
+		}
+		beats, err = scanAll[beat](rows)
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("extending heartbeats: %w", err)
 	}
 	out := make(map[int64]Beat, len(refs))
-	if alive == nil {
-		alive = []int64{}
-	}
-	for _, id := range alive {
-		out[id] = BeatAlive
-	}
-	if len(alive) == len(refs) {
-		return out, nil
-	}
-	// Tell the lost claims from the locked ones, without waiting for the locks. A skipped row
-	// whose lock was its own completion's may be committed by now: finished, not lost.
-	var skipped []struct {
-		ID    int64  `bun:"id"`
-		State string `bun:"state"`
-	}
-	err = db.NewRaw(s.q(`SELECT c.id, c.state FROM {s}.computations c
-		JOIN unnest(?::bigint[], ?::uuid[]) AS r(id, token) ON c.id = r.id AND c.claim_token = r.token
-		WHERE c.state IN ('RUNNING', 'SUCCESS', 'FAILED') AND c.replica_id = ? AND NOT c.id = ANY(?::bigint[])`),
-		pgdialect.Array(ids), pgdialect.Array(tokens), replicaID, pgdialect.Array(alive)).Scan(ctx, &skipped)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("checking the claims whose heartbeat was skipped: %w", err)
-	}
-	for _, c := range skipped {
-		out[c.ID] = BeatFinished
-		if c.State == StateRunning {
-			out[c.ID] = BeatBusy
+	for _, b := range beats {
+		switch {
+		case b.Alive:
+			out[b.ID] = BeatAlive
+		case b.State == StateRunning:
+			out[b.ID] = BeatBusy // locked: by its own completion most likely
+		case b.State == StateSuccess || b.State == StateFailed:
+			out[b.ID] = BeatFinished // committed since: finished, not lost
 		}
 	}
 	return out, nil
@@ -263,63 +268,6 @@ func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef
 // result is dropped and the attempt CANCELED.
 func (s *Store) Complete(ctx context.Context, c *Computation, result json.RawMessage, used map[string]int64) error {
 	return s.RecordAlone(ctx, Outcome{C: c, Result: result, Used: used})
-}
-
-// forgetUndueTicks drops from a finished attempt's upstream revisions each tick whose value it
-// read before that value came due: a recurring tick's next cycle, written while the attempt ran.
-// For the attempt, that cycle has not happened yet; it must run again when it does. Gates and
-// signatures see ticks only once they are due, so the attempt's record must too.
-func (s *Store) forgetUndueTicks(ctx context.Context, tx *txn, st *execState, c *Computation) error {
-	sig := parseSignature(c.ComputedWith)
-	forgot := false
-	for up, rev := range sig {
-		if n, ok := st.g.Node(up); ok && isTick(n) && st.values[up].Revision == rev && !st.tickDue(up) {
-			delete(sig, up)
-			forgot = true
-		}
-	}
-	if !forgot {
-		return nil
-	}
-	c.ComputedWith = sig.String()
-	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET computed_with = ?::jsonb WHERE id = ?"), c.ComputedWith, c.ID).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("recording what computation %d read: %w", c.ID, err)
-	}
-	return nil
-}
-
-// cancelAttempt marks a finished attempt CANCELED, with reason.
-func (s *Store) cancelAttempt(ctx context.Context, tx *txn, c *Computation, reason string) error {
-	reason = storable(reason)
-	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ? WHERE id = ?"), StateCanceled, reason, c.ID).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("canceling computation %d: %w", c.ID, err)
-	}
-	c.State, c.Error = StateCanceled, &reason
-	return nil
-}
-
-// failAttempt turns a finished attempt into the node's final failure, with cause: user code
-// that the store called for it panicked.
-func (s *Store) failAttempt(ctx context.Context, tx *txn, st *execState, c *Computation, cause error) error {
-	s.logger.Error("user code panicked; the node has failed", "execution_id", st.exec.ID, "node", c.Node, "error", cause)
-	msg := storable(cause.Error())
-	_, err := tx.NewRaw(s.q("UPDATE {s}.computations SET state = ?, error = ?, computed_with = ?::jsonb WHERE id = ?"),
-		StateFailed, msg, c.ComputedWith, c.ID).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("failing computation %d: %w", c.ID, err)
-	}
-	c.State, c.Error = StateFailed, &msg
-	return s.nodeFailed(ctx, tx, st, c, cause)
-}
-
-// gatePanicked fails the node of a finished attempt whose gate panicked on the current values.
-// The failure is for those values, whichever the attempt read, so that advancing records it once.
-func (s *Store) gatePanicked(ctx context.Context, tx *txn, st *execState, c *Computation, cause error) error {
-	n, _ := st.g.Node(c.Node)
-	c.ComputedWith = signature(Signature(n, st.dueView())).String()
-	return s.failAttempt(ctx, tx, st, c, cause)
 }
 
 // Fail records a failed attempt, fenced by the claim. While attempts remain and the error is not
@@ -363,55 +311,6 @@ func (e *RecordedAsFailure) Error() string { return "recorded as a failure: " + 
 
 func (e *RecordedAsFailure) Unwrap() error { return e.Cause }
 
-// afterFailure follows a failed or abandoned attempt. If the node's gate no longer holds, the
-// attempt is CANCELED: nothing retries it and no failure is announced; the node runs again when
-// its gate next holds. Otherwise, while attempts remain and the failure is not permanent, the next
-// attempt is created with the node's backoff; else the node has failed for good.
-func (s *Store) afterFailure(ctx context.Context, tx *txn, st *execState, c *Computation, cause error, permanent bool) error {
-	n, ok := st.g.Node(c.Node)
-	if !ok {
-		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), c.Node)
-	}
-	st.latest[c.Node] = c
-	ok, err := holds(n, st.values)
-	switch {
-	case err != nil:
-		return s.gatePanicked(ctx, tx, st, c, err)
-	case !ok:
-		return s.cancelAttempt(ctx, tx, c, "canceled: gate no longer holds; "+deref(c.Error))
-	case permanent || c.Attempt >= c.MaxAttempts:
-		return s.nodeFailed(ctx, tx, st, c, cause)
-	}
-	backoff, err := recovered("the Backoff of node "+quote(c.Node), func() time.Duration { return n.Settings().Backoff(c.Attempt) })
-	if err != nil {
-		return s.failAttempt(ctx, tx, st, c, fmt.Errorf("%s; then %w", deref(c.Error), err))
-	}
-	next, err := s.insertComputation(ctx, tx, st, n, c.Attempt+1, parseSignature(c.ComputedWith), backoff)
-	if err != nil {
-		return err
-	}
-	st.latest[c.Node] = next
-	return nil
-}
-
-// nodeFailed records that c, the newest attempt of its node, ended the node's budget: waiters
-// learn it, the failure event is claimed, and OnSave gets the error.
-func (s *Store) nodeFailed(ctx context.Context, tx *txn, st *execState, c *Computation, cause error) error {
-	st.latest[c.Node] = c
-	st.changed = true
-	if err := s.claimEvent(ctx, tx, st, EventFailed); err != nil {
-		return err
-	}
-	n, _ := st.g.Node(c.Node)
-	if n.Settings().OnSave != nil || st.g.OnSave() != nil {
-		st.saved = append(st.saved, graph.SaveEvent{
-			ExecutionID: st.exec.ID, Graph: st.g.Name(), Node: c.Node,
-			Err: fmt.Errorf("node %q %s: %w", c.Node, Failure(c.State, c.Attempt, c.MaxAttempts, deref(c.Error)), cause),
-		})
-	}
-	return nil
-}
-
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -425,13 +324,20 @@ func deref(s *string) string {
 // running stays RUNNING until its heartbeat deadline passes, so that no two replicas ever run it
 // at once.
 func (s *Store) Release(ctx context.Context, replicaID string, refs []ClaimRef) (int, error) {
-	ids := make([]int64, len(refs))
-	tokens := make([]string, len(refs))
-	for i, r := range refs {
-		ids[i], tokens[i] = r.ID, r.Token
+	lanes, ids, nodes, tokens := refColumns(refs)
+	return s.release(ctx, replicaID, lanes, ids, `FROM unnest(?::smallint[], ?::text[], ?::text[], ?::uuid[]) AS r(lane, execution_id, node, token)
+		WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token AND`,
+		lanes, ids, nodes, tokens)
+}
+
+// releaseTokens releases the claims of replicaID in executions ids whose tokens are tokens.
+func (s *Store) releaseTokens(ctx context.Context, replicaID string, ids, tokens []string) (int, error) {
+	lanes := make([]int16, len(ids))
+	for i, id := range ids {
+		lanes[i] = LaneOf(id)
 	}
-	return s.release(ctx, replicaID, nil, `FROM unnest(?::bigint[], ?::uuid[]) AS r(id, token)
-		WHERE c.id = r.id AND c.claim_token = r.token AND`, pgdialect.Array(ids), pgdialect.Array(tokens))
+	return s.release(ctx, replicaID, lanes, ids, `WHERE n.lane = ANY(?::smallint[]) AND n.execution_id = ANY(?::text[])
+		AND n.claim_token = ANY(?::uuid[]) AND`, lanes, ids, tokens)
 }
 
 // ReleaseReplica hands every claim that replicaID holds back to AVAILABLE, as Release does, once
@@ -440,27 +346,46 @@ func (s *Store) Release(ctx context.Context, replicaID string, refs []ClaimRef) 
 // answer came back, although the database had committed them. Without it, they waited for the
 // sweeper, which abandoned them, and their retry used up an attempt.
 func (s *Store) ReleaseReplica(ctx context.Context, replicaID string) (int, error) {
-	return s.release(ctx, replicaID, nil, "WHERE")
+	var held []struct {
+		Lane        int16  `bun:"lane"`
+		ExecutionID string `bun:"execution_id"`
+	}
+	err := s.db.NewRaw(s.q(`SELECT DISTINCT lane, execution_id FROM {s}.nodes WHERE state = 'RUNNING' AND replica_id = ?`),
+		replicaID).Scan(ctx, &held)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("finding the claims of replica %s: %w", replicaID, err)
+	}
+	if len(held) == 0 {
+		return 0, nil
+	}
+	lanes, ids := make([]int16, len(held)), make([]string, len(held))
+	for i, h := range held {
+		lanes[i], ids[i] = h.Lane, h.ExecutionID
+	}
+	return s.release(ctx, replicaID, lanes, ids, `WHERE n.lane = ANY(?::smallint[]) AND n.execution_id = ANY(?::text[]) AND`, lanes, ids)
 }
 
 // release releases the RUNNING attempts of replicaID that from, a FROM and WHERE with args ending
-// in a conjunction, chooses, once it holds the locks of the executions lock.
-func (s *Store) release(ctx context.Context, replicaID string, lock []string, from string, args ...any) (int, error) {
+// in a conjunction, chooses, in the executions lanes and ids, once it holds their locks: every
+// writer of a node row but the heartbeats holds its execution's lock.
+func (s *Store) release(ctx context.Context, replicaID string, lanes []int16, ids []string, from string, args ...any) (int, error) {
 	var released []int64
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if len(lock) > 0 {
-			_, err := tx.NewRaw(s.q(`SELECT 1 FROM {s}.executions WHERE id = ANY(?::text[]) ORDER BY id FOR UPDATE`),
-				pgdialect.Array(lock)).Exec(ctx)
-			if err != nil {
-				return fmt.Errorf("locking executions %s: %w", strings.Join(lock, ", "), err)
-			}
+		_, err := tx.NewRaw(s.q(`SELECT 1 FROM {s}.executions WHERE lane = ANY(?::smallint[]) AND id = ANY(?::text[])
+			ORDER BY lane, id FOR UPDATE`), pgdialect.Array(lanes), pgdialect.Array(ids)).Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("locking executions %s: %w", strings.Join(ids, ", "), err)
 		}
-		err := tx.NewRaw(s.q(`UPDATE {s}.computations c
+		arrays := make([]any, len(args))
+		for i, a := range args {
+			arrays[i] = pgdialect.Array(a)
+		}
+		err = tx.NewRaw(s.q(`UPDATE {s}.nodes n
 			SET state = 'AVAILABLE', replica_id = NULL, claim_token = NULL, claimed_at = NULL,
 				deadline = NULL, heartbeat_deadline = NULL, last_heartbeat_at = NULL,
 				available_at = coalesce(?::timestamptz, now())
-			`+from+` c.state = 'RUNNING' AND c.replica_id = ?
-			RETURNING c.id`), slices.Concat([]any{s.clock.NowOrNil()}, args, []any{replicaID})...).Scan(ctx, &released)
+			`+from+` n.state = 'RUNNING' AND n.replica_id = ?
+			RETURNING n.attempt_id`), slices.Concat([]any{s.clock.NowOrNil()}, arrays, []any{replicaID})...).Scan(ctx, &released)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("releasing computations of replica %s: %w", replicaID, err)
 		}
@@ -470,26 +395,4 @@ func (s *Store) release(ctx context.Context, replicaID string, lock []string, fr
 		return s.notify(ctx, tx, PayloadWork)
 	})
 	return len(released), err
-}
-
-// mutate writes a mutate node's result into its targets. By default a target keeps its revision,
-// so nothing downstream recomputes; with UpdateRevisionOnChange, a target whose value changed gets
-// the completion's revision. The node's own value records what it wrote.
-func (s *Store) mutate(ctx context.Context, tx *txn, st *execState, n graph.Node, result json.RawMessage) error {
-	targets := n.Targets()
-	for _, target := range targets {
-		rev := st.revision
-		if old, ok := st.values[target]; ok && !n.Settings().UpdateRevisionOnChange {
-			rev = old.Revision
-		}
-		if _, err := s.upsertValue(ctx, tx, st, target, result, nil, rev); err != nil {
-			return err
-		}
-	}
-	own, err := json.Marshal(map[string]any{"mutated": targets, "value": result})
-	if err != nil {
-		return fmt.Errorf("recording mutate %q: %w", n.Name(), err)
-	}
-	_, err = s.upsertValue(ctx, tx, st, n.Name(), own, nil, st.revision)
-	return err
 }

@@ -2,7 +2,6 @@ package persistence
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,30 +11,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/telemetry"
 )
-
-// idAlphabet avoids letters that read alike (I, L, O, U).
-const idAlphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-// newID returns prefix and 20 characters of idAlphabet: the first 10 write the time in
-// milliseconds, the last 10 are random (50 bits). Ids made later sort after, so new rows go to the
-// right edge of the indexes keyed by execution id, where their pages are already in cache, rather
-// than to a random page of each; ids made in the same millisecond differ by their random part.
-func newID(prefix string, now time.Time) string {
-	var b [20]byte
-	_, _ = rand.Read(b[10:]) // crypto/rand.Read never fails
-	for i := 10; i < len(b); i++ {
-		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
-	}
-	ms := uint64(now.UnixMilli())
-	for i := 9; i >= 0; i-- {
-		b[i] = idAlphabet[ms%uint64(len(idAlphabet))]
-		ms /= uint64(len(idAlphabet))
-	}
-	return prefix + string(b[:])
-}
 
 // CreateExecution starts an execution of g with no values, and advances it, so that nodes whose
 // gate holds from the start are created at once.
@@ -47,11 +28,21 @@ func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution
 	return execs[0], nil
 }
 
-// NewID returns a new execution id for g. A caller that chooses the ids of its starts before it
-// writes them (CreateExecutions, Write) may write them again when a COMMIT's outcome is unknown
+// NewID returns a new id for an execution of g with key ("" for none), in the lane of its key, or
+// a random one. A caller that chooses the ids of its starts before it writes them
+// (CreateExecutions, Write) may write them again when a COMMIT's outcome is unknown
 // (ErrOutcomeUnknown): a start whose execution an earlier try made gets that execution, and
 // starts nothing more.
-func (s *Store) NewID(g *graph.Graph) string { return newID(g.IDPrefix(), time.Now()) }
+func (s *Store) NewID(g *graph.Graph, key string) string {
+	if g.Singleton() {
+		key = graph.SingletonKey
+	}
+	lane := randomLane()
+	if key != "" {
+		lane = laneOfKey(g.Name(), key)
+	}
+	return newID(g.IDPrefix(), lane, time.Now())
+}
 
 // CreateExecutions starts one execution of g for each item, in the order given, in one
 // transaction, and returns them in that order. Each execution is what CreateExecution, then
@@ -81,13 +72,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 	if len(items) == 0 {
 		return []*Execution{}, nil
 	}
-	revisions := make([]int64, len(items)) // where each usually ends; finish writes any other
-	for i, item := range items {
-		if len(item) > 0 {
-			revisions[i] = 1
-		}
-	}
-	ins, err := s.newInserts(slices.Repeat([]*graph.Graph{g}, len(items)), revisions, keys, ids)
+	ins, err := s.newInserts(slices.Repeat([]*graph.Graph{g}, len(items)), keys, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -114,34 +99,30 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 			if !ins.made[i] {
 				continue
 			}
-			st := &execState{exec: *e, g: rg, now: e.CreatedAt, values: graph.Values{}, latest: map[string]*Computation{},
-				caller: true, claims: true}
-			if err := s.advance(ctx, t, st); err != nil {
+			st := newState(*e, rg, e.CreatedAt, nil)
+			st.caller, st.claims = true, true
+			st.traceparent = telemetry.Traceparent(ctx)
+			if err := st.advance(); err != nil {
 				return err
 			}
-			states, started = append(states, st), append(started, i)
-		}
-		given := make([]map[string]json.RawMessage, len(started))
-		for j, i := range started {
-			given[j] = items[i]
-		}
-		if err := s.setStartValues(ctx, t, states, given); err != nil {
-			return err
-		}
-		// Then, as SetValues does, advance those given values again. finish notifies the
-		// dispatchers and promotes gated work once for all of them; no one can be waiting on an
-		// execution before it exists.
-		for j, st := range states {
-			if len(given[j]) > 0 {
-				err := s.advance(ctx, t, st)
+			// Then, as SetValues does, the item's values as one change, advanced again. finish
+			// notifies the dispatchers and promotes gated work once for all of them; no one can be
+			// waiting on an execution before it exists.
+			if item := items[i]; len(item) > 0 {
+				st.revision++
+				for _, name := range slices.Sorted(maps.Keys(item)) {
+					st.setValue(name, item[name], nil, st.revision)
+				}
+				err := st.advance()
 				if len(items) > 1 && errors.Is(err, ErrInvalidValue) {
-					err = fmt.Errorf("inputs[%d]: %w", started[j], err)
+					err = fmt.Errorf("inputs[%d]: %w", i, err)
 				}
 				if err != nil {
 					return err
 				}
 			}
 			st.changed = false
+			states, started = append(states, st), append(started, i)
 		}
 		return s.finish(ctx, t, states)
 	})
@@ -169,7 +150,6 @@ const maxKeyRounds = 3
 type inserts struct {
 	ids  []string
 	gs   []*graph.Graph
-	revs []int64
 	keys []string // one per start, "" for none; nil when no start has a key
 	// execs holds the execution of each start that has been found: the one it inserted, or the
 	// one that held its key, or that an earlier try of the start made; made tells which it
@@ -183,20 +163,23 @@ type inserts struct {
 	holders []*Execution
 }
 
-// newInserts gives each execution to start, of gs[i] at revision revs[i] with key keys[i] (keys
-// nil or one per start, "" for none), its id, ids[i], or a new one if ids is nil or ids[i] is "",
-// and checks the keys.
-func (s *Store) newInserts(gs []*graph.Graph, revs []int64, keys, ids []string) (*inserts, error) {
+// newInserts gives each execution to start, of gs[i] with key keys[i] (keys nil or one per start,
+// "" for none), its id, ids[i], or a new one (NewID) if ids is nil or ids[i] is "", and checks the
+// keys.
+func (s *Store) newInserts(gs []*graph.Graph, keys, ids []string) (*inserts, error) {
 	if keys != nil && len(keys) != len(gs) {
 		return nil, fmt.Errorf("persistence: %d keys for %d executions", len(keys), len(gs))
 	}
 	if ids != nil && len(ids) != len(gs) {
 		return nil, fmt.Errorf("persistence: %d ids for %d executions", len(ids), len(gs))
 	}
-	ins := &inserts{ids: make([]string, len(gs)), gs: gs, revs: revs, execs: make([]*Execution, len(gs)), made: make([]bool, len(gs))}
-	now := time.Now()
+	ins := &inserts{ids: make([]string, len(gs)), gs: gs, execs: make([]*Execution, len(gs)), made: make([]bool, len(gs))}
 	for i, g := range gs {
-		ins.ids[i] = newID(g.IDPrefix(), now)
+		key := ""
+		if keys != nil {
+			key = keys[i]
+		}
+		ins.ids[i] = s.NewID(g, key)
 		if len(ids) > i && ids[i] != "" {
 			if err := CheckText("execution id", ids[i]); err != nil {
 				return nil, err
@@ -204,10 +187,6 @@ func (s *Store) newInserts(gs []*graph.Graph, revs []int64, keys, ids []string) 
 			ins.ids[i] = ids[i]
 		}
 		ins.pending = append(ins.pending, i)
-		key := ""
-		if keys != nil {
-			key = keys[i]
-		}
 		if g.Singleton() {
 			key = graph.SingletonKey
 		}
@@ -265,7 +244,7 @@ func (s *Store) insert(ctx context.Context, t *txn, ins *inserts) error {
 // INSERT's own does not.
 func (s *Store) insertSteps(ins *inserts) []step {
 	var ids, names, versions, keys, heldKeys, heldNames []string
-	var revs []int64
+	var lanes []int16
 	seen := map[[2]string]bool{}
 	pending := ins.pending
 	if ins.keys != nil {
@@ -283,28 +262,28 @@ func (s *Store) insertSteps(ins *inserts) []step {
 			heldKeys, heldNames = append(heldKeys, key), append(heldNames, g.Name())
 		}
 		ids, names, versions = append(ids, ins.ids[i]), append(names, g.Name()), append(versions, g.Version())
-		keys, revs = append(keys, key), append(revs, ins.revs[i])
+		keys, lanes = append(keys, key), append(lanes, LaneOf(ins.ids[i]))
 	}
-	steps := []step{{s.q(`WITH e AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[])
-				WITH ORDINALITY AS e(id, graph_name, graph_version, revision, key, ord)),
-			made AS (INSERT INTO {s}.executions (id, graph_name, graph_version, revision, key, created_at, updated_at)
-				SELECT e.id, e.graph_name, e.graph_version, e.revision, nullif(e.key, ''), t.now, t.now
+	steps := []step{{s.q(`WITH e AS (SELECT * FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[])
+				WITH ORDINALITY AS e(lane, id, graph_name, graph_version, key, ord)),
+			made AS (INSERT INTO {s}.executions (lane, id, graph_name, graph_version, revision, key, created_at, updated_at)
+				SELECT e.lane, e.id, e.graph_name, e.graph_version, 0, nullif(e.key, ''), t.now, t.now
 				FROM e, (SELECT coalesce($6::timestamptz, now()) AS now) t
 				ORDER BY e.ord
 				ON CONFLICT DO NOTHING
 				RETURNING ` + cols("", executionColumns) + `)
 		SELECT ` + cols("", executionColumns) + `, true AS made FROM made
 		UNION ALL
-		SELECT ` + cols("x", executionColumns) + `, false FROM {s}.executions x
-		WHERE x.id = ANY($1::text[]) AND x.id NOT IN (SELECT id FROM made)`),
-		[]any{ids, names, versions, revs, keys, s.clock.NowOrNil()}, collect(&ins.rows)}}
+		SELECT ` + s.executionRead("x") + `, false FROM {s}.executions x
+		WHERE x.lane = ANY($1::smallint[]) AND x.id = ANY($2::text[]) AND x.id NOT IN (SELECT id FROM made)`),
+		[]any{lanes, ids, names, versions, keys, s.clock.NowOrNil()}, collect(&ins.rows)}}
 	if ins.keys == nil {
 		return steps
 	}
 	// One probe of the key's index per key (OFFSET 0 keeps the lateral join): the generic plan of
 	// a join read every keyed execution, 0.48 ms a call after 10,000 of them.
 	return append(steps, step{s.q(`SELECT ` + cols("e", executionColumns) + ` FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
-		LATERAL (SELECT ` + cols("e", executionColumns) + ` FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
+		LATERAL (SELECT ` + s.executionRead("e") + ` FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
 			AND e.key IS NOT NULL AND e.archived_at IS NULL OFFSET 0) e`), []any{heldKeys, heldNames}, collect(&ins.holders)})
 }
 
@@ -366,7 +345,7 @@ func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys, ids []st
 			return nil, nil, fmt.Errorf("persistence: Write was given a Start of %q version %q, which does not start idle", g.Name(), g.Version())
 		}
 	}
-	ins, err := s.newInserts(starts, make([]int64, len(starts)), keys, ids)
+	ins, err := s.newInserts(starts, keys, ids)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -420,44 +399,14 @@ func startsIdle(g *graph.Graph) bool {
 	return true
 }
 
-// setStartValues gives each new execution its item's values, as one change at its next revision,
-// and records them in the history: one statement for all of them.
-func (s *Store) setStartValues(ctx context.Context, tx *txn, states []*execState, items []map[string]json.RawMessage) error {
-	var w valueWrites
-	byID := make(map[string]*execState, len(states))
-	for i, st := range states {
-		if len(items[i]) == 0 {
-			continue
-		}
-		st.revision++
-		byID[st.exec.ID] = st
-		for _, name := range slices.Sorted(maps.Keys(items[i])) {
-			w.add(st.exec.ID, name, items[i][name], nil, st.revision)
-		}
-	}
-	if len(w.ids) == 0 {
-		return nil
-	}
-	rows, err := s.writeValues(ctx, tx, w, states[0].now)
-	if err != nil {
-		return err
-	}
-	for _, r := range rows {
-		st := byID[r.ExecutionID]
-		st.values[r.Node] = r.toValue()
-		st.changed = true
-		st.recordSave(r.Node, r.toValue())
-	}
-	return nil
-}
-
 // LoadExecution reads an execution.
 func (s *Store) LoadExecution(ctx context.Context, id string) (*Execution, error) {
 	if err := CheckText("execution id", id); err != nil {
 		return nil, err
 	}
 	exec := new(Execution)
-	err := s.db.NewRaw(s.q("SELECT "+cols("", executionColumns)+" FROM {s}.executions WHERE id = ?"), id).Scan(ctx, exec)
+	err := s.db.NewRaw(s.q("SELECT "+s.executionRead("e")+" FROM {s}.executions e WHERE e.lane = ? AND e.id = ?"),
+		LaneOf(id), id).Scan(ctx, exec)
 	if isNoRows(err) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
@@ -509,32 +458,21 @@ func (s *Store) SetValuesOf(ctx context.Context, settings []Setting) ([]int64, e
 
 // setValuesOf is SetValuesOf, whose transaction sends the statements of tail too, with its COMMIT.
 func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step) ([]int64, error) {
-	// The values go with the lock and the loads, in one round trip, at each execution's next
-	// revision: the loads see them. A node that is not an input rolls them back.
-	var w valueWrites
 	ids := make([]string, len(settings))
 	for i, set := range settings {
 		if err := set.Check(); err != nil {
 			return nil, err
 		}
 		ids[i] = set.ID
-		for _, name := range slices.Sorted(maps.Keys(set.Set)) {
-			w.add(set.ID, name, set.Set[name], set.Meta, 0)
-		}
 	}
 	if len(slices.Compact(slices.Sorted(slices.Values(ids)))) < len(ids) {
 		return nil, errors.New("persistence: SetValuesOf was given an execution twice")
-	}
-	var then []step
-	var written []*valueRow
-	if len(w.ids) > 0 {
-		then = append(then, s.writeValuesStep(w, s.clock.NowOrNil(), &written))
 	}
 	revs := make([]int64, len(settings))
 	var done []*execState
 	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		t.tail = append(t.tail, tail...)
-		sts, err := s.load(ctx, t, ids, nil, then)
+		sts, err := s.load(ctx, t, ids, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -544,8 +482,7 @@ func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step
 			byID[st.exec.ID] = st
 		}
 		for i, set := range settings {
-			st := byID[set.ID]
-			if revs[i], err = s.setValues(ctx, t, st, set, written); err != nil {
+			if revs[i], err = byID[set.ID].setValues(set); err != nil {
 				return err
 			}
 		}
@@ -560,41 +497,6 @@ func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step
 	}
 	s.committed(ctx, done)
 	return revs, nil
-}
-
-// setValues records in st the write of set, whose values written holds among others', and
-// advances the execution. It returns the execution's revision afterwards.
-func (s *Store) setValues(ctx context.Context, tx *txn, st *execState, set Setting, written []*valueRow) (int64, error) {
-	st.caller, st.claims = true, true
-	for _, name := range append(slices.Sorted(maps.Keys(set.Set)), set.Unset...) {
-		if err := CheckInput(st.g, name); err != nil {
-			return 0, err
-		}
-	}
-	st.revision++ // every change below is at this revision; taken back if nothing changes
-	changed := false
-	for _, r := range written {
-		if r.ExecutionID == set.ID {
-			st.recordSave(r.Node, r.toValue())
-			changed = true
-		}
-	}
-	for _, name := range set.Unset {
-		if !st.values.Has(name) {
-			continue
-		}
-		if err := s.deleteValue(ctx, tx, st, name); err != nil {
-			return 0, err
-		}
-		changed = true
-	}
-	if !changed {
-		st.revision--
-		return st.revision, nil
-	}
-	st.changed = true
-	err := s.advance(ctx, tx, st)
-	return st.revision, err
 }
 
 // CheckInput reports why node name of g cannot be set: it is not in the graph (ErrUnknownNode),
@@ -617,6 +519,29 @@ func (s *Store) Values(ctx context.Context, id string) (graph.Values, error) {
 	}
 	vals, err := s.valuesOf(ctx, s.db, []string{id})
 	return vals[id], err
+}
+
+// valuesOf reads the values of executions ids. Each has an entry, empty if it has no values.
+func (s *Store) valuesOf(ctx context.Context, db bun.IDB, ids []string) (map[string]graph.Values, error) {
+	lanes := make([]int16, len(ids))
+	for i, id := range ids {
+		lanes[i] = LaneOf(id)
+	}
+	var rows []*nodeRow
+	err := db.NewRaw(s.q(`SELECT `+cols("n", nodeColumns)+` FROM {s}.nodes n
+		WHERE n.lane = ANY(?::smallint[]) AND n.execution_id = ANY(?::text[]) AND n.value_rev IS NOT NULL`),
+		pgdialect.Array(lanes), pgdialect.Array(ids)).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("loading values of %s: %w", strings.Join(ids, ", "), err)
+	}
+	vals := make(map[string]graph.Values, len(ids))
+	for _, id := range ids {
+		vals[id] = graph.Values{}
+	}
+	for _, r := range rows {
+		vals[r.ExecutionID][r.Node] = r.value()
+	}
+	return vals, nil
 }
 
 // NodeState is what Get needs to know about one node.
@@ -648,23 +573,22 @@ type NodeRef struct{ ID, Node string }
 // its state or its own error (ErrNotFound, ErrUnknownGraph, ErrUnknownNode); the error it
 // returns is the statement's.
 func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []error, error) {
-	ids, nodes := make([]string, len(refs)), make([]string, len(refs))
+	ids, nodes, lanes := make([]string, len(refs)), make([]string, len(refs)), make([]int16, len(refs))
 	states, errs := make([]NodeState, len(refs)), make([]error, len(refs))
 	found := make([]bool, len(refs))
 	for i, r := range refs {
-		ids[i], nodes[i] = r.ID, r.Node
+		ids[i], nodes[i], lanes[i] = r.ID, r.Node, LaneOf(r.ID)
 		if errs[i] = checkTexts("execution id", r.ID, "node", r.Node); errs[i] != nil {
 			ids[i], nodes[i], found[i] = "", "", true // no execution has an empty id
 		}
 	}
 	err := withPgx(ctx, s.db, func(pg *pgx.Conn) error {
-		rows, err := pg.Query(ctx, s.q(`SELECT l.ord, e.graph_name, e.graph_version, e.revision,
-				v.value, v.metadata, v.revision, v.set_at, c.id, c.state, c.attempt, c.max_attempts, c.error
-			FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(id, node, ord)
-			JOIN {s}.executions e ON e.id = l.id
-			LEFT JOIN {s}."values" v ON v.execution_id = e.id AND v.node = l.node
-			LEFT JOIN LATERAL (SELECT id, state, attempt, max_attempts, error FROM {s}.computations
-				WHERE execution_id = e.id AND node = l.node ORDER BY id DESC LIMIT 1) c ON true`), ids, nodes)
+		rows, err := pg.Query(ctx, s.q(`SELECT l.ord, e.graph_name, e.graph_version,
+				greatest(e.revision, (SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = e.lane AND m.execution_id = e.id)),
+				n.value, n.metadata, n.value_rev, n.set_at, n.attempt_id, n.state, n.attempt, n.max_attempts, n.error
+			FROM unnest($1::smallint[], $2::text[], $3::text[]) WITH ORDINALITY AS l(lane, id, node, ord)
+			JOIN {s}.executions e ON e.lane = l.lane AND e.id = l.id
+			LEFT JOIN {s}.nodes n ON n.lane = e.lane AND n.execution_id = e.id AND n.node = l.node`), lanes, ids, nodes)
 		if err != nil {
 			return err
 		}
@@ -688,6 +612,9 @@ func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []
 			i := ord - 1
 			found[i] = true
 			if valueRev != nil {
+				if string(meta) == "null" {
+					meta = nil
+				}
 				ns.Value = graph.Value{Raw: raw, Revision: *valueRev, SetAt: *setAt, Metadata: meta}
 			}
 			if attemptID != nil {
@@ -722,7 +649,11 @@ func (s *Store) Computations(ctx context.Context, id string) ([]Computation, err
 		return nil, err
 	}
 	var comps []Computation
-	err := s.db.NewRaw(s.q("SELECT "+cols("", computationColumns)+" FROM {s}.computations WHERE execution_id = ? ORDER BY id"), id).Scan(ctx, &comps)
+	lane := LaneOf(id)
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", computationColumns)+` FROM (
+			SELECT `+attemptsAsComputations+` FROM {s}.attempts a WHERE a.lane = ? AND a.execution_id = ?
+			UNION ALL SELECT `+attemptColumns+` FROM {s}.nodes n WHERE n.lane = ? AND n.execution_id = ? AND n.attempt_id IS NOT NULL
+		) c ORDER BY id`), lane, id, lane, id).Scan(ctx, &comps)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing computations of %s: %w", id, err)
 	}
@@ -735,7 +666,8 @@ func (s *Store) StateCounts(ctx context.Context) (map[string]int, error) {
 		State string `bun:"state"`
 		N     int    `bun:"n"`
 	}
-	err := s.db.NewRaw(s.q("SELECT state, count(*) AS n FROM {s}.computations GROUP BY state")).Scan(ctx, &rows)
+	err := s.db.NewRaw(s.q(`SELECT state, count(*) AS n FROM (SELECT state FROM {s}.attempts
+		UNION ALL SELECT state FROM {s}.nodes WHERE state IS NOT NULL) c GROUP BY state`)).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("counting computations: %w", err)
 	}

@@ -27,7 +27,9 @@ func (b *bundle) startState(t *testing.T, id string) startState {
 	t.Helper()
 	ctx := context.Background()
 	var st startState
-	require.NoError(t, b.db.NewRaw(b.store.q("SELECT revision FROM {s}.executions WHERE id = ?"), id).Scan(ctx, &st.Revision))
+	e, err := b.store.LoadExecution(ctx, id)
+	require.NoError(t, err)
+	st.Revision = e.Revision
 	var lines []string
 	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node || '=' || value::text || '@' || revision || ' ' || coalesce(metadata::text, '-')
 		FROM {s}."values" WHERE execution_id = ? ORDER BY node`), id).Scan(ctx, &lines))
@@ -218,21 +220,23 @@ func TestCreateExecutionsNotifiesOnce(t *testing.T) {
 }
 
 // An id is its prefix and 20 characters of idAlphabet, and ids made in a later millisecond sort
-// after: they go to the right edge of the indexes keyed by execution id.
+// after: they go to the right edge of the indexes keyed by execution id. The id tells its lane.
 func TestIDsSortByTheirTime(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 23, 18, 0, 0, 0, time.UTC)
 	var prev string
 	for i := range 200 {
-		id := newID("ONB", at.Add(time.Duration(i)*time.Millisecond))
+		lane := int16(i % Lanes)
+		id := newID("ONB", lane, at.Add(time.Duration(i)*time.Millisecond))
 		require.Regexp(t, `^ONB[`+idAlphabet+`]{20}$`, id)
 		require.Greater(t, id, prev, "id %d", i)
+		require.Equal(t, lane, LaneOf(id))
 		prev = id
 	}
-	// In the same millisecond, the random half tells them apart.
+	// In the same millisecond, the random part tells them apart.
 	seen := map[string]bool{}
 	for range 1000 {
-		id := newID("", at)
+		id := newID("", 7, at)
 		require.False(t, seen[id], "a repeated id: %s", id)
 		seen[id] = true
 	}

@@ -212,13 +212,13 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	// Finished executions, each with its values and its successful attempt.
-	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version, key)
-		SELECT 'finished-' || g, 'store', 'v1', 'key-' || g FROM generate_series(1, ?) g`, finished)
-	b.exec(t, `INSERT INTO {s}."values" (execution_id, node, value, revision, set_at)
-		SELECT 'finished-' || g, n, '1', 1, now() FROM generate_series(1, ?) g, unnest(ARRAY['x', 'y']) n`, finished)
-	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
-			abandon_after_ms, heartbeat_timeout_ms, created_at, finished_at)
-		SELECT 'finished-' || g, 'store@v1', 'y', 'SUCCESS', 1, 2, now(), 10000, 3000, now(), now()
+	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version, key)
+		SELECT 0, 'finished-' || g, 'store', 'v1', 'key-' || g FROM generate_series(1, ?) g`, finished)
+	b.exec(t, `INSERT INTO {s}.nodes (lane, execution_id, node, graph_key, rev, changed_at, value, value_rev, set_at)
+		SELECT 0, 'finished-' || g, 'x', 'store@v1', 1, now(), '1', 1, now() FROM generate_series(1, ?) g`, finished)
+	b.exec(t, `INSERT INTO {s}.nodes (lane, execution_id, node, graph_key, rev, changed_at, value, value_rev, set_at,
+			attempt_id, state, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, created_at, finished_at)
+		SELECT 0, 'finished-' || g, 'y', 'store@v1', 2, now(), '1', 2, now(), g, 'SUCCESS', 1, 2, now(), 10000, 3000, now(), now()
 		FROM generate_series(1, ?) g`, finished)
 	// A few active attempts of each state: running, available, and pending until later.
 	b.ready(t, 20)
@@ -226,9 +226,9 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 10)
 	beat(t, b.store, "r1", time.Minute, true)
-	b.exec(t, `UPDATE {s}.computations SET state = 'PENDING', run_at = now() + interval '1 hour'
-		WHERE id IN (SELECT id FROM {s}.computations WHERE state = 'AVAILABLE' ORDER BY id LIMIT 5)`)
-	b.exec(t, `ANALYZE {s}.executions, {s}."values", {s}.computations`)
+	b.exec(t, `UPDATE {s}.nodes SET state = 'PENDING', run_at = now() + interval '1 hour'
+		WHERE (lane, execution_id, node) IN (SELECT lane, execution_id, node FROM {s}.nodes WHERE state = 'AVAILABLE' ORDER BY attempt_id LIMIT 5)`)
+	b.exec(t, `ANALYZE {s}.executions, {s}.nodes`)
 
 	s, log, explainer := b.tracedStore(t)
 	asRun := planner(t, PlanSettings) // plans as the runtime's connections do
@@ -243,22 +243,22 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 		index string // the prefix of the name of an index that one of its statements must use
 		avoid string // the prefix of the names of indexes that none of its statements may use
 	}{
-		{"claim", func() error { _, err := s.Claim(ctx, "r2", 2); return err }, "computations_claim_idx", ""},
-		{"heartbeat", func() error { _, err := s.Heartbeat(ctx, "r1", refs); return err }, "computations_running_", ""},
-		// An outcome is fenced through the primary key: a partial index on RUNNING attempts would
-		// read every running attempt of the replica for each outcome.
+		{"claim", func() error { _, err := s.Claim(ctx, "r2", 2); return err }, "nodes_claim_idx", ""},
+		// A heartbeat and an outcome find their rows through the primary key: a partial index on
+		// RUNNING attempts would read every running attempt of the replica for each row.
+		{"heartbeat", func() error { _, err := s.Heartbeat(ctx, "r1", refs); return err }, "nodes_pkey", "nodes_running_"},
 		{"record", func() error {
 			lost, err := s.Record(ctx, []Outcome{{C: claimed[0], Result: json.RawMessage(`1`)}})
 			if err == nil {
 				err = lost[0]
 			}
 			return err
-		}, "computations_pkey", "computations_running_"},
+		}, "nodes_pkey", "nodes_running_"},
 		{"sweep", func() error {
 			_, err := s.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 100})
 			return err
-		}, "computations_running_", ""},
-		{"promotion", func() error { _, err := s.PromoteDue(ctx); return err }, "computations_pending_idx", ""},
+		}, "nodes_running_", ""},
+		{"promotion", func() error { _, err := s.PromoteDue(ctx); return err }, "nodes_pending_idx", ""},
 		{"keyed start", func() error {
 			execs, err := s.CreateExecutions(ctx, b.g, []map[string]json.RawMessage{{"x": json.RawMessage(`1`)}, nil},
 				[]string{"key-1", "key-new"}, nil)
@@ -278,7 +278,7 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 			seq, indexes := map[string]bool{}, map[string]bool{}
 			plan.scans(seq, indexes)
 			t.Logf("%s: indexes %v, sequential scans %v: %.160s", op.name, keys(indexes), keys(seq), oneLine(st.sql))
-			require.False(t, seq["computations"] || seq["executions"] || seq["values"],
+			require.False(t, seq["nodes"] || seq["executions"] || seq["attempts"],
 				"%s: a sequential scan of a table that holds the finished rows:\n%s\n%s", op.name, st.sql, raw)
 			for index := range indexes {
 				used = used || strings.HasPrefix(index, op.index)
@@ -297,7 +297,7 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 
 // A promotion pass costs what it promotes, not what waits: with 20,000 gated attempts waiting,
 // 10,000 on ten concurrency keys and 10,000 on a node with a parallel limit, none of its
-// statements reads more than a few rows of computations per key and per node. Each read every
+// statements reads more than a few rows of nodes per key and per node. Each read every
 // waiting attempt once, when promotion chose the oldest of each key with DISTINCT ON, ranked every
 // waiting attempt of each limited node, and found the ungated ones through the index of all the
 // PENDING attempts: 12 ms a pass, under the promotion lock, in journey bench -graph gated with
@@ -311,42 +311,42 @@ func TestPromotionReadsWhatItPromotes(t *testing.T) {
 	// gate@v1: MaxParallel(5), keys k0…k9, three of them held, each key's attempts younger than
 	// the last key's; lim@v1: MaxParallel(3), no key, one running; and two ungated attempts that
 	// wait for their run_at, one of them due.
-	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version)
-		SELECT p || g, 'gate', 'v1' FROM generate_series(1, ?) g, unnest(ARRAY['p-', 'l-']) p`, waiting)
-	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version) VALUES ('u-1', 'gate', 'v1'), ('u-2', 'gate', 'v1')`)
-	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
-			abandon_after_ms, heartbeat_timeout_ms, concurrency_key, max_parallel, created_at)
-		SELECT 'p-' || g, 'gate@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour' + g * interval '1 ms',
+	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version)
+		SELECT 0, p || g, 'gate', 'v1' FROM generate_series(1, ?) g, unnest(ARRAY['p-', 'l-']) p`, waiting)
+	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version) VALUES (0, 'u-1', 'gate', 'v1'), (0, 'u-2', 'gate', 'v1')`)
+	b.exec(t, `INSERT INTO {s}.nodes (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
+			abandon_after_ms, heartbeat_timeout_ms, concurrency_key, max_parallel, created_at, lane, rev, changed_at, attempt_id)
+		SELECT *, 0, 1, now(), row_number() OVER () FROM (SELECT 'p-' || g, 'gate@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour' + g * interval '1 ms',
 			60000, 30000, 'k' || (g - 1) * 10 / ?, 5, now() FROM generate_series(1, ?) g
 		UNION ALL
 		SELECT 'l-' || g, 'lim@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour' + g * interval '1 ms',
 			60000, 30000, NULL, 3, now() FROM generate_series(1, ?) g
 		UNION ALL
 		SELECT 'u-' || g, 'gate@v1', 'other', 'PENDING', 2, 2, now() + (g - 1.5) * interval '1 hour',
-			60000, 30000, NULL, NULL, now() FROM generate_series(1, 2) g`, waiting, waiting, waiting)
-	b.exec(t, `UPDATE {s}.computations SET state = 'RUNNING', replica_id = 'r1'
+			60000, 30000, NULL, NULL, now() FROM generate_series(1, 2) g) a`, waiting, waiting, waiting)
+	b.exec(t, `UPDATE {s}.nodes SET state = 'RUNNING', replica_id = 'r1'
 		WHERE execution_id IN ('p-1', 'p-1001', 'p-2001', 'l-1')`)
-	b.exec(t, `ANALYZE {s}.executions, {s}.computations`)
+	b.exec(t, `ANALYZE {s}.executions, {s}.nodes`)
 
 	s, log, explainer := b.tracedStore(t)
 	promoted, err := s.PromoteDue(ctx)
 	require.NoError(t, err)
 	var available []string
-	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT execution_id FROM {s}.computations WHERE state = 'AVAILABLE'
+	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT execution_id FROM {s}.nodes WHERE state = 'AVAILABLE'
 		ORDER BY execution_id`)).Scan(ctx, &available))
 	require.Equal(t, []string{"l-2", "l-3", "p-3001", "p-4001", "u-1"}, available,
 		"the due ungated attempt, and the oldest of the free keys and of the limited node that fit")
 	require.Equal(t, 5, promoted)
 
 	// The promoted ones finish: the statements are explained with room on the key and the limit.
-	b.exec(t, `UPDATE {s}.computations SET state = 'SUCCESS', finished_at = now() WHERE state = 'AVAILABLE'`)
+	b.exec(t, `UPDATE {s}.nodes SET state = 'SUCCESS', finished_at = now() WHERE state = 'AVAILABLE'`)
 	statements := log.take()
 	require.NotEmpty(t, statements)
 	for _, conn := range []*pgx.Conn{explainer, planner(t, PlanSettings)} {
 		for _, st := range statements {
 			raw, plan := explainAnalyze(ctx, t, conn, st)
-			read := plan.rowsRead("computations")
-			t.Logf("%.0f rows of computations read: %.160s", read, oneLine(st.sql))
+			read := plan.rowsRead("nodes")
+			t.Logf("%.0f rows of nodes read: %.160s", read, oneLine(st.sql))
 			require.LessOrEqual(t, read, 100.0, "a statement of the promotion reads what waits:\n%s\n%s", st.sql, raw)
 		}
 	}
@@ -354,24 +354,24 @@ func TestPromotionReadsWhatItPromotes(t *testing.T) {
 
 // A promotion reads what it promotes even on statistics made when few attempts waited. Its UPDATE
 // had a state in its WHERE, and its plan then read the attempts it promotes through
-// computations_pending_idx: every attempt that waits, 2,990 of 3,000.
+// its pending index: every attempt that waits, 2,990 of 3,000.
 func TestPromotionReadsWhatItPromotesOnStaleStatistics(t *testing.T) {
 	t.Parallel()
 	g := keyedGraph("stale")
 	b := setup(t, g)
 	ctx := context.Background()
 	add := func(state string, from, to int) {
-		b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version)
-			SELECT 'p-' || g, 'stale', 'v1' FROM generate_series(?::int, ?::int) g`, from, to)
-		b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
-				abandon_after_ms, heartbeat_timeout_ms, concurrency_key, created_at)
-			SELECT 'p-' || g, 'stale@v1', 'job', ?, 1, 2, now() - interval '1 hour' + g * interval '1 ms',
+		b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version)
+			SELECT 0, 'p-' || g, 'stale', 'v1' FROM generate_series(?::int, ?::int) g`, from, to)
+		b.exec(t, `INSERT INTO {s}.nodes (lane, execution_id, graph_key, node, rev, changed_at, attempt_id, state, attempt,
+				max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, concurrency_key, created_at)
+			SELECT 0, 'p-' || g, 'stale@v1', 'job', 1, now(), g, ?, 1, 2, now() - interval '1 hour' + g * interval '1 ms',
 				60000, 30000, 'k' || g % 10, now() FROM generate_series(?::int, ?::int) g`, state, from, to)
 	}
 	// Statistics of a table where few attempts wait among many finished; then many wait.
 	add("SUCCESS", 1, 5000)
 	add("PENDING", 5001, 5010)
-	b.exec(t, `ANALYZE {s}.executions, {s}.computations`)
+	b.exec(t, `ANALYZE {s}.executions, {s}.nodes`)
 	add("PENDING", 5011, 8000)
 
 	s, log, _ := b.tracedStore(t)
@@ -383,7 +383,7 @@ func TestPromotionReadsWhatItPromotesOnStaleStatistics(t *testing.T) {
 	conn := planner(t, PlanSettings)
 	for _, st := range statements {
 		raw, plan := explainAnalyze(ctx, t, conn, st)
-		require.LessOrEqual(t, plan.rowsRead("computations"), 100.0, "a statement of the promotion reads what waits:\n%s\n%s", st.sql, raw)
+		require.LessOrEqual(t, plan.rowsRead("nodes"), 100.0, "a statement of the promotion reads what waits:\n%s\n%s", st.sql, raw)
 	}
 }
 
@@ -445,26 +445,29 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 	const attempts = 20000
 	b := setup(t)
 	ctx := context.Background()
-	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version)
-		SELECT 'e-' || g, 'store', 'v1' FROM generate_series(1, ?) g`, attempts)
-	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
-			abandon_after_ms, heartbeat_timeout_ms, created_at)
-		SELECT 'e-' || g, 'store@v1', 'y', 'AVAILABLE', 1, 2, now(), 10000, 3000, now()
+	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version)
+		SELECT 0, 'e-' || g, 'store', 'v1' FROM generate_series(1, ?) g`, attempts)
+	b.exec(t, `INSERT INTO {s}.nodes (lane, execution_id, graph_key, node, rev, changed_at, attempt_id, state, attempt,
+			max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, created_at, computed_with)
+		SELECT 0, 'e-' || g, 'store@v1', 'y', 1, now(), g, 'AVAILABLE', 1, 2, now(), 10000, 3000, now(), '{}'
 		FROM generate_series(1, ?) g`, attempts)
-	b.exec(t, `ANALYZE {s}.executions, {s}.computations`)
-	b.exec(t, `UPDATE {s}.computations SET state = 'SUCCESS', finished_at = now() WHERE id <= ?`, attempts-20)
+	b.exec(t, `ANALYZE {s}.executions, {s}.nodes`)
+	b.exec(t, `UPDATE {s}.nodes SET state = 'SUCCESS', finished_at = now() WHERE attempt_id <= ?`, attempts-20)
 
 	s, log, explainer := b.tracedStore(t)
 	claimed, err := s.Claim(ctx, "r1", 10)
 	require.NoError(t, err)
 	require.Len(t, claimed, 10)
 	statements := log.take()
-	require.Len(t, statements, 1)
+	require.Len(t, statements, 3, "the pick; then the claim of what it picked, and the read of its values")
+	for _, st := range statements {
+		raw, plan := explain(ctx, t, explainer, st)
+		seq, indexes := map[string]bool{}, map[string]bool{}
+		plan.scans(seq, indexes)
+		require.Empty(t, seq, raw)
+	}
 	raw, plan := explain(ctx, t, explainer, statements[0])
-	seq, indexes := map[string]bool{}, map[string]bool{}
-	plan.scans(seq, indexes)
-	require.Empty(t, seq, raw)
-	require.Equal(t, "computations_claim_idx", plan.indexOf("a"), raw)
+	require.Equal(t, "nodes_claim_idx", plan.indexOf("n"), raw)
 }
 
 // indexOf returns the index through which the plan reads the relation of alias, or "" if none.

@@ -18,6 +18,8 @@ var errPromotionBusy = errors.New("the promotion lock is held")
 
 type candidate struct {
 	ID             int64   `db:"id"`
+	Lane           int16   `db:"lane"`
+	ExecutionID    string  `db:"execution_id"`
 	ConcurrencyKey *string `db:"concurrency_key"`
 	GraphKey       string  `db:"graph_key"`
 	Node           string  `db:"node"`
@@ -93,14 +95,17 @@ func (s *Store) promoteAfterCommit(ctx context.Context) {
 // is the sweep's and the dispatchers' safety net, and what a write does after its commit when it
 // could not promote inside it. It returns how many it promoted.
 func (s *Store) PromoteDue(ctx context.Context) (int, error) {
+	// Every writer of a node row holds its execution's lock: the promotion skips the executions
+	// being written, whose writers promote what they make due.
 	var ungated []int64
-	err := s.db.NewRaw(s.q(`UPDATE {s}.computations SET state = 'AVAILABLE', available_at = coalesce(?::timestamptz, now())
-		WHERE id IN (SELECT c.id FROM {s}.computations c
+	err := s.db.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = coalesce(?::timestamptz, now())
+		FROM (SELECT c.lane, c.execution_id, c.node FROM {s}.nodes c
+			JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
 			WHERE c.state = 'PENDING' AND c.run_at <= coalesce(?::timestamptz, now())
-				AND c.concurrency_key IS NULL AND c.max_parallel IS NULL
-				AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
-			ORDER BY c.run_at, c.id LIMIT ? FOR UPDATE OF c SKIP LOCKED)
-		RETURNING id`), s.clock.NowOrNil(), s.clock.NowOrNil(), promotionBatch).Scan(ctx, &ungated)
+				AND c.concurrency_key IS NULL AND c.max_parallel IS NULL AND e.archived_at IS NULL
+			ORDER BY c.run_at, c.attempt_id LIMIT ? FOR UPDATE OF c, e SKIP LOCKED) l
+		WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node
+		RETURNING n.attempt_id`), s.clock.NowOrNil(), s.clock.NowOrNil(), promotionBatch).Scan(ctx, &ungated)
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("promoting due computations: %w", err)
 	}
@@ -110,7 +115,7 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 		}
 	}
 	var waiting bool
-	err = s.db.NewRaw(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.computations
+	err = s.db.NewRaw(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.nodes
 		WHERE state = 'PENDING' AND run_at <= coalesce(?::timestamptz, now())
 			AND (concurrency_key IS NOT NULL OR max_parallel IS NOT NULL))`), s.clock.NowOrNil()).Scan(ctx, &waiting)
 	if err != nil || !waiting {
@@ -169,14 +174,23 @@ func (s *Store) promoteGated(ctx context.Context, tx *txn, now time.Time, wait b
 	if err != nil || len(chosen) == 0 {
 		return 0, err
 	}
-	// The chosen rows are found by their ids alone, and their state is read once they are
+	// The chosen rows are found by their keys alone, and their state is read once they are
 	// locked: with a state in the WHERE, the plan, made once per connection, may read them through
-	// computations_pending_idx instead, every PENDING attempt (at 1,000 pending, 0.27 ms of a
-	// 0.4 ms pass). OFFSET 0 keeps the state's test out of that scan.
-	rows, err := tx.pg.Query(ctx, s.q(`UPDATE {s}.computations c SET state = 'AVAILABLE', available_at = $1
-		FROM (SELECT id, state FROM {s}.computations WHERE id = ANY($2::bigint[]) OFFSET 0 FOR UPDATE SKIP LOCKED) l
-		WHERE c.id = l.id AND l.state = 'PENDING'
-		RETURNING c.id`), now, chosen)
+	// nodes_pending_idx instead, every PENDING attempt (at 1,000 pending, 0.27 ms of a 0.4 ms
+	// pass). OFFSET 0 keeps the state's test out of that scan. Their executions are locked too,
+	// or skipped if a writer holds them, which promotes what it makes due: every writer of a node
+	// row holds its execution's lock (a write's own promotion holds them already).
+	lanes, ids, nodes := make([]int16, len(chosen)), make([]string, len(chosen)), make([]string, len(chosen))
+	for i, c := range chosen {
+		lanes[i], ids[i], nodes[i] = c.Lane, c.ExecutionID, c.Node
+	}
+	rows, err := tx.pg.Query(ctx, s.q(`UPDATE {s}.nodes c SET state = 'AVAILABLE', available_at = $1
+		FROM (SELECT n.lane, n.execution_id, n.node, n.state FROM unnest($2::smallint[], $3::text[], $4::text[]) AS k(lane, id, node)
+			JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id AND n.node = k.node
+			JOIN {s}.executions e ON e.lane = n.lane AND e.id = n.execution_id
+			OFFSET 0 FOR UPDATE OF n, e SKIP LOCKED) l
+		WHERE c.lane = l.lane AND c.execution_id = l.execution_id AND c.node = l.node AND l.state = 'PENDING'
+		RETURNING c.attempt_id`), now, lanes, ids, nodes)
 	var promoted []int64
 	if err == nil {
 		promoted, err = pgx.CollectRows(rows, pgx.RowTo[int64])
@@ -198,49 +212,49 @@ func (s *Store) promoteGated(ctx context.Context, tx *txn, now time.Time, wait b
 // of archived executions are never promoted.
 //
 // Its cost follows the keys and nodes that have attempts waiting, and the attempts it may
-// promote, not the attempts that wait: it walks computations_pending_key_idx from key to key (a
+// promote, not the attempts that wait: it walks nodes_pending_key_idx from key to key (a
 // loose index scan), one probe for each key, which finds the key's oldest attempt (if that one is
-// not due, none of the key's is); and computations_pending_limited_idx from node to node, reading
+// not due, none of the key's is); and nodes_pending_limited_idx from node to node, reading
 // the first attempts of each node with room. Each walk takes the index's whole order, which no
 // other index gives: the plan, made once per connection, cannot read the attempts in
-// computations_pending_idx instead, through every attempt that waits before the first of a key.
-func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([]int64, error) {
+// nodes_pending_idx instead, through every attempt that waits before the first of a key.
+func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([]*candidate, error) {
 	rows, err := pg.Query(ctx, dollars(s.q(`WITH RECURSIVE oldest AS (
-			(SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.computations c
+			(SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key IS NOT NULL
-					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
-				ORDER BY c.concurrency_key, c.run_at, c.id LIMIT 1)
+					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)
+				ORDER BY c.concurrency_key, c.run_at, c.attempt_id LIMIT 1)
 			UNION ALL
 			SELECT next.* FROM oldest, LATERAL (
-				SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.computations c
+				SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key > oldest.concurrency_key
-					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
-				ORDER BY c.concurrency_key, c.run_at, c.id LIMIT 1) next
-		), nodes AS (
-			(SELECT graph_key, node, max_parallel FROM {s}.computations
+					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)
+				ORDER BY c.concurrency_key, c.run_at, c.attempt_id LIMIT 1) next
+		), limited AS (
+			(SELECT graph_key, node, max_parallel FROM {s}.nodes
 				WHERE state = 'PENDING' AND concurrency_key IS NULL AND max_parallel IS NOT NULL
 				ORDER BY graph_key, node LIMIT 1)
 			UNION ALL
-			SELECT next.* FROM nodes, LATERAL (
-				SELECT c.graph_key, c.node, c.max_parallel FROM {s}.computations c
+			SELECT next.* FROM limited, LATERAL (
+				SELECT c.graph_key, c.node, c.max_parallel FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
-					AND (c.graph_key, c.node) > (nodes.graph_key, nodes.node)
+					AND (c.graph_key, c.node) > (limited.graph_key, limited.node)
 				ORDER BY c.graph_key, c.node LIMIT 1) next
 		)
-		SELECT id, concurrency_key, graph_key, node, max_parallel FROM (
-			SELECT * FROM oldest WHERE run_at <= ? AND NOT EXISTS (SELECT 1 FROM {s}.computations h
+		SELECT id, lane, execution_id, concurrency_key, graph_key, node, max_parallel FROM (
+			SELECT * FROM oldest WHERE run_at <= ? AND NOT EXISTS (SELECT 1 FROM {s}.nodes h
 				WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.concurrency_key = oldest.concurrency_key)
 			UNION ALL
-			SELECT first.* FROM nodes CROSS JOIN LATERAL (
-				SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.computations c
+			SELECT first.* FROM limited CROSS JOIN LATERAL (
+				SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
-					AND (c.graph_key, c.node) >= (nodes.graph_key, nodes.node)
-					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.id = c.execution_id AND e.archived_at IS NOT NULL)
-				ORDER BY c.graph_key, c.node, c.run_at, c.id
-				LIMIT greatest(nodes.max_parallel - (SELECT count(*) FROM {s}.computations h
+					AND (c.graph_key, c.node) >= (limited.graph_key, limited.node)
+					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)
+				ORDER BY c.graph_key, c.node, c.run_at, c.attempt_id
+				LIMIT greatest(limited.max_parallel - (SELECT count(*) FROM {s}.nodes h
 					WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.max_parallel IS NOT NULL
-						AND h.graph_key = nodes.graph_key AND h.node = nodes.node), 0)) first
-			WHERE first.graph_key = nodes.graph_key AND first.node = nodes.node AND first.run_at <= ?
+						AND h.graph_key = limited.graph_key AND h.node = limited.node), 0)) first
+			WHERE first.graph_key = limited.graph_key AND first.node = limited.node AND first.run_at <= ?
 		) due ORDER BY run_at, id LIMIT ?`)), now, now, promotionBatch)
 	var cands []*candidate
 	if err == nil {
@@ -252,7 +266,7 @@ func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	rows, err = pg.Query(ctx, s.q(`SELECT graph_key, node, count(*) AS n FROM {s}.computations
+	rows, err = pg.Query(ctx, s.q(`SELECT graph_key, node, count(*) AS n FROM {s}.nodes
 		WHERE state IN ('AVAILABLE', 'RUNNING') AND max_parallel IS NOT NULL GROUP BY graph_key, node`))
 	var counts []*nodeCount
 	if err == nil {
@@ -265,14 +279,14 @@ func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 	for _, c := range counts {
 		active[[2]string{c.GraphKey, c.Node}] = c.N
 	}
-	var chosen []int64
+	var chosen []*candidate
 	for _, c := range cands { // at most one per key
 		node := [2]string{c.GraphKey, c.Node}
 		if c.MaxParallel != nil && active[node] >= *c.MaxParallel {
 			continue
 		}
 		active[node]++
-		chosen = append(chosen, c.ID)
+		chosen = append(chosen, c)
 	}
 	return chosen, nil
 }

@@ -308,7 +308,7 @@ func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, 
 			return err
 		}
 		var running int64
-		if err := tx.NewRaw(s.q(`SELECT count(*) FROM {s}.computations WHERE graph_key = ? AND state = 'RUNNING'`),
+		if err := tx.NewRaw(s.q(`SELECT count(*) FROM {s}.nodes WHERE graph_key = ? AND state = 'RUNNING'`),
 			key).Scan(ctx, &running); err != nil {
 			return err
 		}
@@ -321,13 +321,16 @@ func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, 
 		}
 		err := tx.NewRaw(s.q(`WITH moved AS (UPDATE {s}.executions
 				SET graph_version = ?, wake_at = coalesce(?::timestamptz, now()), updated_at = coalesce(?::timestamptz, now())
-				WHERE graph_name = ? AND graph_version = ? RETURNING id, created_at),
-			attempts AS (UPDATE {s}.computations c SET graph_key = ?
-				WHERE c.execution_id IN (SELECT id FROM moved) AND c.graph_key = ? RETURNING c.state),
+				WHERE graph_name = ? AND graph_version = ? RETURNING lane, id, created_at),
+			attempts AS (UPDATE {s}.nodes c SET graph_key = ?
+				WHERE (c.lane, c.execution_id) IN (SELECT lane, id FROM moved) AND c.graph_key = ? RETURNING c.state),
+			history AS (UPDATE {s}.attempts a SET graph_key = attempts.key
+				FROM (SELECT ?::text AS key) attempts
+				WHERE (a.lane, a.execution_id) IN (SELECT lane, id FROM moved)),
 			marked AS (`+markFrom(`SELECT ?::text AS graph_name, v AS graph_version, date_trunc('minute', created_at) AS minute
 				FROM moved, unnest(ARRAY[?::text, ?::text]) AS v`)+`)
 			SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM attempts WHERE state = 'RUNNING') AS running`),
-			to, s.clock.NowOrNil(), s.clock.NowOrNil(), name, from, GraphKey(name, to), key,
+			to, s.clock.NowOrNil(), s.clock.NowOrNil(), name, from, GraphKey(name, to), key, GraphKey(name, to),
 			name, from, to).Scan(ctx, &res)
 		if err != nil {
 			return err
@@ -392,9 +395,9 @@ type StrandedVersion struct {
 func (s *Store) Stranded(ctx context.Context) ([]StrandedVersion, error) {
 	var out []StrandedVersion
 	err := s.db.NewRaw(s.q(`SELECT a.graph_key, count(DISTINCT a.execution_id) AS executions FROM (
-			SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'AVAILABLE'
-			UNION ALL SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'PENDING'
-			UNION ALL SELECT graph_key, execution_id FROM {s}.computations WHERE state = 'RUNNING') a
+			SELECT graph_key, execution_id FROM {s}.nodes WHERE state = 'AVAILABLE'
+			UNION ALL SELECT graph_key, execution_id FROM {s}.nodes WHERE state = 'PENDING'
+			UNION ALL SELECT graph_key, execution_id FROM {s}.nodes WHERE state = 'RUNNING') a
 		WHERE NOT EXISTS (SELECT 1 FROM {s}.replica_heartbeats r WHERE a.graph_key = ANY(r.graphs) AND `+liveReplica+`)
 		GROUP BY a.graph_key ORDER BY a.graph_key`), s.clock.NowOrNil()).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {

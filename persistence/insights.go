@@ -453,14 +453,19 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 		if _, err := tx.NewRaw(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
 				SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions WHERE created_at >= ?
 				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
-				FROM {s}.computations c JOIN {s}.executions e ON e.id = c.execution_id
-				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND ?
+				FROM (SELECT lane, execution_id, finished_at, xmin FROM {s}.nodes
+						WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED')
+					UNION ALL SELECT lane, execution_id, finished_at, xmin FROM {s}.attempts) c
+				JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
+				WHERE c.finished_at >= ? AND ?
 				UNION SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions
 				WHERE created_at >= ? AND created_at < ? AND age(xmin) <= age(?::text::xid)
 				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
-				FROM {s}.computations c JOIN {s}.executions e ON e.id = c.execution_id
-				WHERE c.state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED') AND c.finished_at >= ? AND c.finished_at < ?
-					AND age(c.xmin) <= age(?::text::xid)
+				FROM (SELECT lane, execution_id, finished_at, xmin FROM {s}.nodes
+						WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED')
+					UNION ALL SELECT lane, execution_id, finished_at, xmin FROM {s}.attempts) c
+				JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
+				WHERE c.finished_at >= ? AND c.finished_at < ? AND age(c.xmin) <= age(?::text::xid)
 			ON CONFLICT DO NOTHING`), r.From, r.From, !r.From.IsZero(), r.CatchUp, r.From, r.CatchXmin,
 			r.CatchUp, r.From, r.CatchXmin).Exec(ctx); err != nil {
 			return fmt.Errorf("marking what changed since %v: %w", r.From, err)
@@ -580,19 +585,21 @@ func (s *Store) rollTx(ctx context.Context, timeout time.Duration, fn func(ctx c
 // failed or was abandoned: its measure "failed" counts it there, at the minute it failed, and its
 // last value is no measure "ended".
 var rollSQL = `WITH e AS (
-		SELECT x.id, b.g, b.v, b.m, x.created_at, x.archived
+		SELECT x.lane, x.id, b.g, b.v, b.m, x.created_at, x.archived
 		FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m),
-			LATERAL (SELECT id, created_at, archived_at IS NOT NULL AS archived FROM {s}.executions
+			LATERAL (SELECT lane, id, created_at, archived_at IS NOT NULL AS archived FROM {s}.executions
 				WHERE graph_name = b.g AND graph_version = b.v AND created_at >= b.m AND created_at < b.m + interval '1 minute'
 				OFFSET 0) x),
 	vals AS (SELECT e.id, e.g, e.v, e.m, e.created_at, e.archived, x.node, x.set_at, x.first_at
-		FROM e, LATERAL (SELECT v.node, v.set_at, least(v.set_at, (SELECT min(h.changed_at)
-				FROM {s}.value_history h WHERE h.execution_id = e.id AND h.node = v.node AND h.value IS NOT NULL)) AS first_at
-			FROM {s}."values" v WHERE v.execution_id = e.id OFFSET 0) x),
+		FROM e, LATERAL (SELECT v.node, v.set_at, least(v.set_at, (SELECT min(h.changed_at) FROM {s}.value_history h
+					WHERE h.lane = e.lane AND h.execution_id = e.id AND h.node = v.node AND h.value IS NOT NULL)) AS first_at
+			FROM {s}.nodes v WHERE v.lane = e.lane AND v.execution_id = e.id AND v.value_rev IS NOT NULL OFFSET 0) x),
 	last AS (SELECT DISTINCT ON (id) id, g, v, m, archived, node, set_at FROM vals ORDER BY id, set_at DESC, node),
 	att AS (SELECT e.id, e.g, e.v, e.m, e.archived, c.cid, c.node, c.state, c.claimed_at, c.finished_at
-		FROM e, LATERAL (SELECT id AS cid, node, state, claimed_at, finished_at FROM {s}.computations
-			WHERE execution_id = e.id OFFSET 0) c),
+		FROM e, LATERAL (SELECT attempt_id AS cid, node, state, claimed_at, finished_at FROM {s}.attempts
+				WHERE lane = e.lane AND execution_id = e.id
+			UNION ALL SELECT attempt_id, node, state, claimed_at, finished_at FROM {s}.nodes
+				WHERE lane = e.lane AND execution_id = e.id AND attempt_id IS NOT NULL OFFSET 0) c),
 	ran AS (SELECT id, g, v, m, archived, node, state, finished_at, finished_at - claimed_at AS run FROM att
 		WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED')),
 	newest AS (SELECT DISTINCT ON (id, node) id, g, v, m, archived, node, state, coalesce(finished_at, m) AS finished_at

@@ -233,7 +233,7 @@ func TestRollWaitsForAWriteThatHoldsItsMark(t *testing.T) {
 	require.NoError(t, err) // its minute is marked
 
 	// A Set of z marks the minute again, and pauses after it, before its COMMIT.
-	waiting, release := b.pauseAfter(t, "UPDATE", "executions")
+	waiting, release := b.pauseAfter(t, "INSERT", "nodes")
 	set := async(func() error {
 		_, err := b.store.SetValues(ctx, e.ID, map[string]json.RawMessage{"z": json.RawMessage(`1`)}, nil, nil)
 		return err

@@ -31,12 +31,12 @@ var ExecStates = []string{ExecArchived, ExecFailed, ExecRunning, ExecWaiting, Ex
 // stateExpr computes the state of execution e. Each test is an index lookup on the execution.
 const stateExpr = `CASE WHEN e.archived_at IS NOT NULL THEN 'archived'
 	WHEN EXISTS (SELECT 1 FROM {s}.notification_claims n
-		WHERE n.execution_id = e.id AND n.event = 'execution.failed' AND n.phase = e.failure_phase) THEN 'failed'
-	WHEN EXISTS (SELECT 1 FROM {s}.computations c WHERE c.execution_id = e.id AND c.state = 'RUNNING') THEN 'running'
-	WHEN EXISTS (SELECT 1 FROM {s}.computations c
-		WHERE c.execution_id = e.id AND (c.state = 'PENDING' OR c.state = 'AVAILABLE')) THEN 'waiting'
+		WHERE n.lane = e.lane AND n.execution_id = e.id AND n.event = 'execution.failed' AND n.phase = e.failure_phase) THEN 'failed'
+	WHEN EXISTS (SELECT 1 FROM {s}.nodes c WHERE c.lane = e.lane AND c.execution_id = e.id AND c.state = 'RUNNING') THEN 'running'
+	WHEN EXISTS (SELECT 1 FROM {s}.nodes c
+		WHERE c.lane = e.lane AND c.execution_id = e.id AND (c.state = 'PENDING' OR c.state = 'AVAILABLE')) THEN 'waiting'
 	WHEN EXISTS (SELECT 1 FROM {s}.notification_claims n
-		WHERE n.execution_id = e.id AND n.event = 'execution.completed') THEN 'completed'
+		WHERE n.lane = e.lane AND n.execution_id = e.id AND n.event = 'execution.completed') THEN 'completed'
 	ELSE 'idle' END`
 
 // candidates are, for each state but idle, a set of execution ids that holds every execution in
@@ -44,9 +44,9 @@ const stateExpr = `CASE WHEN e.archived_at IS NOT NULL THEN 'archived'
 // testing every execution of the table.
 var candidates = map[string]string{
 	ExecFailed:  `SELECT execution_id FROM {s}.notification_claims WHERE event = 'execution.failed'`,
-	ExecRunning: `SELECT execution_id FROM {s}.computations WHERE state = 'RUNNING'`,
+	ExecRunning: `SELECT execution_id FROM {s}.nodes WHERE state = 'RUNNING'`,
 	// OR, not IN: the planner ORs the two partial indexes in a bitmap for an OR only.
-	ExecWaiting:   `SELECT execution_id FROM {s}.computations WHERE state = 'PENDING' OR state = 'AVAILABLE'`,
+	ExecWaiting:   `SELECT execution_id FROM {s}.nodes WHERE state = 'PENDING' OR state = 'AVAILABLE'`,
 	ExecCompleted: `SELECT execution_id FROM {s}.notification_claims WHERE event = 'execution.completed'`,
 }
 
@@ -280,8 +280,8 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 	// The state of each row is computed on the page alone, outside the LIMIT, so that the
 	// planner looks each one up by the execution's id.
 	query := "SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at, " +
-		stateExpr + " AS state FROM (SELECT " + cols("e", executionColumns) + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e" +
-		" ORDER BY e.created_at DESC, e.id DESC"
+		stateExpr + " AS state FROM (SELECT " + s.executionRead("e") + " FROM (SELECT " + cols("e", executionColumns) + from +
+		" ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e) e ORDER BY e.created_at DESC, e.id DESC"
 	args = append(args, limit+1)
 	var rows []ExecutionRow
 	if err := s.db.NewRaw(s.q(query), args...).Scan(ctx, &rows); err != nil && !isNoRows(err) {
@@ -397,8 +397,10 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 	}
 	d := &ExecutionDetail{}
 	var rows []ExecutionRow
+	lane := LaneOf(id)
 	err := s.db.NewRaw(s.q(`SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at,
-		e.archived_at, `+stateExpr+` AS state FROM {s}.executions e WHERE e.id = ?`), id).Scan(ctx, &rows)
+		e.archived_at, `+stateExpr+` AS state FROM (SELECT `+s.executionRead("e")+` FROM {s}.executions e
+		WHERE e.lane = ? AND e.id = ?) e`), lane, id).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("loading execution %s: %w", id, err)
 	}
@@ -414,14 +416,23 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 		query string
 		dst   any
 	}{
-		{"values", `SELECT node, value, metadata, revision, set_at FROM {s}."values" WHERE execution_id = ? ORDER BY node`, &d.Values},
+		{"values", `SELECT node, value, metadata, value_rev AS revision, set_at FROM {s}.nodes
+			WHERE lane = ? AND execution_id = ? AND value_rev IS NOT NULL ORDER BY node`, &d.Values},
 		{"attempts", `SELECT id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error, created_at
-			FROM {s}.computations WHERE execution_id = ? ORDER BY id`, &d.Attempts},
+			FROM (SELECT attempt_id AS id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error,
+					created_at FROM {s}.attempts WHERE lane = ? AND execution_id = ?
+				UNION ALL SELECT attempt_id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error,
+					created_at FROM {s}.nodes WHERE lane = ? AND execution_id = ? AND attempt_id IS NOT NULL) a
+			ORDER BY id`, &d.Attempts},
 		{"history", historyQuery, &d.History},
-		{"requests", `SELECT ` + cols("", requestColumns) + ` FROM {s}.requests WHERE execution_id = ? ORDER BY id`, &d.Requests},
+		{"requests", `SELECT ` + cols("", requestColumns) + ` FROM {s}.requests WHERE lane = ? AND execution_id = ? ORDER BY id`, &d.Requests},
 	}
 	for _, r := range reads {
-		if err := s.db.NewRaw(s.q(r.query), id).Scan(ctx, r.dst); err != nil && !isNoRows(err) {
+		args := []any{lane, id}
+		if r.what == "attempts" {
+			args = append(args, lane, id)
+		}
+		if err := s.db.NewRaw(s.q(r.query), args...).Scan(ctx, r.dst); err != nil && !isNoRows(err) {
 			return nil, fmt.Errorf("reading the %s of %s: %w", r.what, id, err)
 		}
 	}
@@ -505,7 +516,7 @@ func (s *Store) ReplicaStatuses(ctx context.Context) ([]ReplicaStatus, error) {
 	err := s.db.NewRaw(s.q(`SELECT `+cols("r", replicaColumns)+`,
 			r.last_heartbeat < coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond' AS stale,
 			(extract(epoch FROM coalesce(?::timestamptz, now()) - r.last_heartbeat) * 1000)::bigint AS heartbeat_age_ms,
-			(SELECT count(*) FROM {s}.computations c WHERE c.state = 'RUNNING' AND c.replica_id = r.replica_id) AS running,
+			(SELECT count(*) FROM {s}.nodes c WHERE c.state = 'RUNNING' AND c.replica_id = r.replica_id) AS running,
 			(SELECT h.holder FROM {s}.replica_holders h WHERE h.replica_id = r.replica_id) AS holder
 		FROM {s}.replica_heartbeats r ORDER BY r.last_heartbeat DESC, r.replica_id`),
 		s.clock.NowOrNil(), s.clock.NowOrNil()).Scan(ctx, &out)

@@ -4,13 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -37,15 +33,16 @@ type Local interface {
 }
 
 // claimLocally claims for this replica the AVAILABLE attempts that the write of st created, as
-// many as Local has room for: each is then inserted RUNNING, with its claim, by t's claimStep. A
-// claim is a revision of its execution, as Claim's is.
+// many as Local has room for: each is written RUNNING, with its claim, whose token it chooses
+// here, before the COMMIT (see releaseUnknown), and whose time and deadlines the statement that
+// writes it stamps (see nodeRows). A claim is a revision of its execution, as Claim's is.
 func (s *Store) claimLocally(t *txn, st *execState) {
 	if s.local == nil || !st.claims || st.exec.ArchivedAt != nil {
 		return
 	}
 	var ready []*Computation
 	for _, c := range st.created {
-		if c.State == StateAvailable {
+		if c.State == StateAvailable && st.latest[c.Node] == c {
 			ready = append(ready, c)
 		}
 	}
@@ -59,87 +56,15 @@ func (s *Store) claimLocally(t *txn, st *execState) {
 	}
 	replica := s.local.ReplicaID()
 	for _, c := range ready[:n] {
-		c.State, c.ReplicaID, c.AvailableAt = StateRunning, &replica, nil
-		st.claimed = append(st.claimed, c)
+		token := NewUUID()
+		c.State, c.ReplicaID, c.ClaimToken, c.AvailableAt = StateRunning, &replica, &token, nil
 		st.revision++
+		st.touch(c.Node)
+		st.claimed = append(st.claimed, c)
 	}
-	// They are inserted by claimStep, not with the others by finish.
-	st.created = slices.DeleteFunc(st.created, func(c *Computation) bool { return c.State == StateRunning })
 	// The work NOTIFY is for attempts that other replicas may claim.
 	st.work = len(ready) > n
 	t.claiming = append(t.claiming, st)
-}
-
-// claimLocallyQuery inserts attempts claimed by this replica ($1), with their claim tokens ($14),
-// at their creation. The tokens are chosen here, before the COMMIT: if it gets no answer, the
-// replica knows which claims to release (releaseUnknown). The claim's
-// time, and the deadlines that follow from it as Claim sets them, are the statement's ($13, or
-// statement_timestamp()): it goes with the COMMIT, once the write holds its executions' locks. The
-// transaction's now() is when it began, before it waited for them: a write that waited longer
-// than a heartbeat timeout would commit its attempts already past their heartbeat deadline, for
-// the sweeper to abandon while their functions run.
-var claimLocallyQuery = `INSERT INTO {s}.computations
-		(execution_id, graph_key, node, state, attempt, max_attempts, run_at, abandon_after_ms,
-		 heartbeat_timeout_ms, computed_with, created_at, traceparent, replica_id, claim_token, claimed_at,
-		 deadline, heartbeat_deadline, last_heartbeat_at)
-	SELECT execution_id, graph_key, node, 'RUNNING', attempt, max_attempts, run_at, abandon_after_ms,
-		heartbeat_timeout_ms, computed_with::jsonb, created_at, traceparent, $1, token, t.at,
-		t.at + abandon_after_ms * interval '1 millisecond',
-		t.at + heartbeat_timeout_ms * interval '1 millisecond', t.at
-	FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::timestamptz[], $8::bigint[],
-		$9::bigint[], $10::text[], $11::timestamptz[], $12::text[], $14::uuid[]) WITH ORDINALITY AS c(execution_id,
-		graph_key, node, attempt, max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with,
-		created_at, traceparent, token, ord),
-		(SELECT coalesce($13::timestamptz, statement_timestamp()) AS at) t
-	ORDER BY ord
-	RETURNING ` + cols("", computationColumns)
-
-// claimStep is the statement that inserts the attempts claimed locally in t, to go with the
-// COMMIT. It gives each its id and claim, and its execution's values.
-func (s *Store) claimStep(t *txn) (step, bool) {
-	var cs []*Computation
-	for _, st := range t.claiming {
-		cs = append(cs, st.claimed...)
-	}
-	if len(cs) == 0 {
-		return step{}, false
-	}
-	var ids, keys, nodes, sigs []string
-	var attempts, maxAttempts []int
-	var runAts, createdAts []time.Time
-	var abandons, beats []int64
-	var traceparents []*string
-	tokens := make([]string, len(cs))
-	for i, c := range cs {
-		tokens[i] = NewUUID()
-		c.ClaimToken = &tokens[i]
-		ids, keys, nodes, sigs = append(ids, c.ExecutionID), append(keys, c.GraphKey), append(nodes, c.Node), append(sigs, c.ComputedWith)
-		attempts, maxAttempts = append(attempts, c.Attempt), append(maxAttempts, c.MaxAttempts)
-		runAts, createdAts = append(runAts, c.RunAt), append(createdAts, c.CreatedAt)
-		abandons, beats, traceparents = append(abandons, c.AbandonAfterMS), append(beats, c.HeartbeatTimeoutMS), append(traceparents, c.Traceparent)
-	}
-	var rows []*Computation
-	read := collect(&rows)
-	return step{s.q(claimLocallyQuery),
-		[]any{s.local.ReplicaID(), ids, keys, nodes, attempts, maxAttempts, runAts, abandons, beats, sigs, createdAts, traceparents,
-			s.clock.NowOrNil(), tokens},
-		func(br pgx.BatchResults) error {
-			if err := read(br); err != nil {
-				return fmt.Errorf("claiming the attempts made ready: %w", err)
-			}
-			if len(rows) != len(cs) {
-				return fmt.Errorf("claiming %d attempts made ready inserted %d", len(cs), len(rows))
-			}
-			for i, c := range cs {
-				// In the order given: an INSERT … SELECT … ORDER BY inserts, and returns, in that order.
-				if rows[i].ExecutionID != c.ExecutionID || rows[i].Node != c.Node {
-					return fmt.Errorf("claiming the attempts made ready: row %d is %q of %s, not %q of %s",
-						i, rows[i].Node, rows[i].ExecutionID, c.Node, c.ExecutionID)
-				}
-				*c = *rows[i]
-			}
-			return nil
-		}}, true
 }
 
 // NewUUID returns a random version 4 UUID, such as a claim token.
@@ -178,8 +103,7 @@ func (s *Store) releaseUnknown(ctx context.Context, t *txn) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var n int
-		n, err = s.release(rctx, s.local.ReplicaID(), ids, `FROM unnest(?::uuid[]) AS r(token)
-			WHERE c.claim_token = r.token AND`, pgdialect.Array(tokens))
+		n, err = s.releaseTokens(rctx, s.local.ReplicaID(), ids, tokens)
 		cancel()
 		if err == nil {
 			if n > 0 {

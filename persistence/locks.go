@@ -61,9 +61,9 @@ func (s *Store) recordGaveUp(ctx context.Context, outs []Outcome, err error) err
 func (s *Store) heldBy(ctx context.Context, outs []Outcome) []string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	execs, attempts := make([]string, len(outs)), make([]int64, len(outs))
+	execs, nodes := make([]string, len(outs)), make([]string, len(outs))
 	for i, o := range outs {
-		execs[i], attempts[i] = o.C.ExecutionID, o.C.ID
+		execs[i], nodes[i] = o.C.ExecutionID, o.C.Node
 	}
 	var rows []struct {
 		What      string     `bun:"what"`
@@ -76,11 +76,12 @@ func (s *Store) heldBy(ctx context.Context, outs []Outcome) []string {
 			coalesce(left(a.query, 200), '') AS query
 		FROM (SELECT 'execution ' || e.id AS what, e.xmax FROM {s}.executions e WHERE e.id = ANY(?::text[])
 			UNION ALL
-			SELECT 'attempt ' || c.id, c.xmax FROM {s}.computations c WHERE c.id = ANY(?::bigint[])) h
+			SELECT 'node ' || c.node || ' of ' || c.execution_id, c.xmax FROM {s}.nodes c
+			JOIN unnest(?::text[], ?::text[]) AS k(id, node) ON c.execution_id = k.id AND c.node = k.node) h
 		JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = h.xmax AND l.granted
 		JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE a.pid <> pg_backend_pid()
-		ORDER BY h.what`), pgdialect.Array(execs), pgdialect.Array(attempts)).Scan(ctx, &rows)
+		ORDER BY h.what`), pgdialect.Array(execs), pgdialect.Array(execs), pgdialect.Array(nodes)).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		s.logger.Debug("finding who holds the rows a write waited for failed", "error", err)
 		return nil

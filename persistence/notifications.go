@@ -2,14 +2,10 @@ package persistence
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
 // Lifecycle events.
@@ -48,75 +44,10 @@ type FailedNode struct {
 	Error    string `json:"error"`
 }
 
-// failedNodes are the nodes whose latest attempt ended their budget, by name.
-func (st *execState) failedNodes() []FailedNode {
-	out := []FailedNode{}
-	for _, c := range st.latest {
-		if c.failedForGood() {
-			f := FailedNode{Node: c.Node, Attempts: c.Attempt}
-			if c.Error != nil {
-				f.Error = *c.Error
-			}
-			out = append(out, f)
-		}
-	}
-	slices.SortFunc(out, func(a, b FailedNode) int { return strings.Compare(a.Node, b.Node) })
-	return out
-}
-
-// claimEvent claims an event of the execution, once per phase whichever replicas race, and
-// writes its deliveries to the outbox, in the transaction of the change that caused it: one per
-// target that any replica lists for the event in replica_heartbeats, or that this one can make.
-// A failure keeps the nodes that had failed, for the event to report at every delivery.
-func (s *Store) claimEvent(ctx context.Context, tx *txn, st *execState, event string) error {
-	phase := 0
-	var failed any // NULL but for a failure
-	if event == EventFailed {
-		phase = st.exec.FailurePhase
-		b, _ := json.Marshal(st.failedNodes()) // strings and ints always encode
-		failed = string(b)
-	}
-	key := fmt.Sprintf("%s:%s:%d", st.exec.ID, event, phase)
-	res, err := tx.NewRaw(s.q(`INSERT INTO {s}.notification_claims (execution_id, event, phase, idempotency_key, claimed_at, failed_nodes)
-		VALUES (?, ?, ?, ?, ?, ?::jsonb) ON CONFLICT DO NOTHING`), st.exec.ID, event, phase, key, st.now, failed).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("claiming %s of %s: %w", event, st.exec.ID, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nil // claimed already, by this phase's first failure or by another replica
-	}
-	res, err = tx.NewRaw(s.q(`INSERT INTO {s}.notification_deliveries (idempotency_key, target, next_attempt_at, created_at)
-		SELECT ?, substr(route, length(?) + 2), ?, ?
-		FROM (SELECT unnest(targets) FROM {s}.replica_heartbeats UNION SELECT unnest(?::text[])) AS r (route)
-		WHERE starts_with(route, ? || ' ')
-		ORDER BY route`), key, event, st.now, st.now, pgdialect.Array(s.routes), event).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("queueing the deliveries of %s of %s: %w", event, st.exec.ID, err)
-	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		return s.notify(ctx, tx, PayloadNotice)
-	}
-	return nil
-}
-
-// claimCompletion claims the completed event once the graph's CompletesWhen gate holds and
-// nothing is pending or running.
-func (s *Store) claimCompletion(ctx context.Context, tx *txn, st *execState) error {
-	gate := st.g.CompletesWhen()
-	if gate == nil || !gate.Holds(st.dueView()) {
-		return nil
-	}
-	for _, c := range st.latest {
-		if c.active() {
-			return nil
-		}
-	}
-	return s.claimEvent(ctx, tx, st, EventCompleted)
-}
-
 // Notice is one delivery to make, with what its event says.
 type Notice struct {
 	DeliveryID     int64     `bun:"id"`
+	Lane           int16     `bun:"lane"`
 	IdempotencyKey string    `bun:"idempotency_key"`
 	Target         string    `bun:"target"`
 	Attempts       int       `bun:"attempts"`
@@ -169,11 +100,11 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 			return err
 		}
 		var notices []*Notice
-		err = tx.NewRaw(s.q(`SELECT d.id, d.idempotency_key, d.target, d.attempts, d.created_at,
+		err = tx.NewRaw(s.q(`SELECT d.id, d.lane, d.idempotency_key, d.target, d.attempts, d.created_at,
 				c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes, e.graph_name, e.graph_version
 			FROM {s}.notification_deliveries d
-			JOIN {s}.notification_claims c USING (idempotency_key)
-			JOIN {s}.executions e ON e.id = c.execution_id
+			JOIN {s}.notification_claims c ON c.lane = d.lane AND c.idempotency_key = d.idempotency_key
+			JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
 			WHERE d.state = 'PENDING' AND d.next_attempt_at <= ? AND c.event || ' ' || d.target IN (?)
 			ORDER BY d.next_attempt_at, d.id
 			LIMIT 1
@@ -196,20 +127,21 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		case sendErr == nil:
 			state = DeliveryDelivered
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
-				SET state = 'DELIVERED', attempts = ?, delivered_at = coalesce(?::timestamptz, now()) WHERE id = ?`),
-				attempts, s.clock.NowOrNil(), n.DeliveryID).Exec(ctx)
+				SET state = 'DELIVERED', attempts = ?, delivered_at = coalesce(?::timestamptz, now()) WHERE lane = ? AND id = ?`),
+				attempts, s.clock.NowOrNil(), n.Lane, n.DeliveryID).Exec(ctx)
 		case !now.Before(horizon) || (policy.MaxAttempts > 0 && attempts >= policy.MaxAttempts):
 			state = DeliveryDead
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
-				SET state = 'DEAD', attempts = ?, last_error = ? WHERE id = ?`), attempts, storable(sendErr.Error()), n.DeliveryID).Exec(ctx)
+				SET state = 'DEAD', attempts = ?, last_error = ? WHERE lane = ? AND id = ?`), attempts, storable(sendErr.Error()),
+				n.Lane, n.DeliveryID).Exec(ctx)
 			s.logger.Error("notification dead: its retry horizon or its attempts are used up", "service", "delivery",
 				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
 				"age", now.Sub(n.CreatedAt), "error", sendErr)
 		default:
 			state = DeliveryPending
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
-				SET attempts = ?, last_error = ?, next_attempt_at = ? WHERE id = ?`),
-				attempts, storable(sendErr.Error()), next, n.DeliveryID).Exec(ctx)
+				SET attempts = ?, last_error = ?, next_attempt_at = ? WHERE lane = ? AND id = ?`),
+				attempts, storable(sendErr.Error()), next, n.Lane, n.DeliveryID).Exec(ctx)
 			s.logger.Warn("notification delivery failed; retrying", "service", "delivery",
 				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
 				"next_attempt_at", next, "error", sendErr)
@@ -252,14 +184,14 @@ func (s *Store) Notifications(ctx context.Context, id string) ([]Claim, error) {
 	}
 	var claims []Claim
 	err := s.db.NewRaw(s.q(`SELECT event, phase, idempotency_key, claimed_at FROM {s}.notification_claims
-		WHERE execution_id = ? ORDER BY claimed_at, event, phase`), id).Scan(ctx, &claims)
+		WHERE lane = ? AND execution_id = ? ORDER BY claimed_at, event, phase`), LaneOf(id), id).Scan(ctx, &claims)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing the notifications of %s: %w", id, err)
 	}
 	var deliveries []Delivery
 	err = s.db.NewRaw(s.q(`SELECT d.idempotency_key, d.target, d.state, d.attempts, d.next_attempt_at, d.last_error, d.delivered_at
-		FROM {s}.notification_deliveries d JOIN {s}.notification_claims c USING (idempotency_key)
-		WHERE c.execution_id = ? ORDER BY d.id`), id).Scan(ctx, &deliveries)
+		FROM {s}.notification_deliveries d JOIN {s}.notification_claims c ON c.lane = d.lane AND c.idempotency_key = d.idempotency_key
+		WHERE c.lane = ? AND c.execution_id = ? ORDER BY d.id`), LaneOf(id), id).Scan(ctx, &deliveries)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing the deliveries of %s: %w", id, err)
 	}

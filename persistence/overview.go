@@ -73,9 +73,9 @@ func (s *Store) Overview(ctx context.Context) (*Overview, error) {
 		N     int64  `bun:"n"`
 	}
 	// One count per state, each an index-only scan of its partial index.
-	err = s.db.NewRaw(s.q(`SELECT 'PENDING' AS state, count(*) AS n FROM {s}.computations WHERE state = 'PENDING'
-		UNION ALL SELECT 'AVAILABLE', count(*) FROM {s}.computations WHERE state = 'AVAILABLE'
-		UNION ALL SELECT 'RUNNING', count(*) FROM {s}.computations WHERE state = 'RUNNING'`)).Scan(ctx, &counts)
+	err = s.db.NewRaw(s.q(`SELECT 'PENDING' AS state, count(*) AS n FROM {s}.nodes WHERE state = 'PENDING'
+		UNION ALL SELECT 'AVAILABLE', count(*) FROM {s}.nodes WHERE state = 'AVAILABLE'
+		UNION ALL SELECT 'RUNNING', count(*) FROM {s}.nodes WHERE state = 'RUNNING'`)).Scan(ctx, &counts)
 	if err != nil {
 		return nil, fmt.Errorf("counting the active computations: %w", err)
 	}

@@ -23,17 +23,18 @@ func TestOverviewCountsOnIndexesAndEstimatesLargeTotals(t *testing.T) {
 		}
 	}
 	// A failure claimed now, and a delivery of it given up.
-	b.exec(t, `INSERT INTO {s}.notification_claims (execution_id, event, phase, idempotency_key, claimed_at)
-		VALUES (?, 'execution.failed', 0, 'k1', now())`, failedID)
-	b.exec(t, `INSERT INTO {s}.notification_deliveries (idempotency_key, target, state, attempts, next_attempt_at, created_at)
-		VALUES ('k1', 'handler', 'DEAD', 5, now(), now())`)
-	// An attempt reclaimed, with its reason.
-	b.exec(t, `UPDATE {s}.computations SET state = 'ABANDONED', finished_at = now(), error = 'replica-a stopped heartbeating'
-		WHERE id = ?`, running.ID)
-	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, replica_id,
-			claimed_at, abandon_after_ms, heartbeat_timeout_ms)
-		SELECT execution_id, graph_key, node, 'RUNNING', 2, max_attempts, 'replica-b', now(), abandon_after_ms, heartbeat_timeout_ms
-		FROM {s}.computations WHERE id = ?`, running.ID)
+	b.exec(t, `INSERT INTO {s}.notification_claims (lane, execution_id, event, phase, idempotency_key, claimed_at)
+		VALUES (?, ?, 'execution.failed', 0, 'k1', now())`, LaneOf(failedID), failedID)
+	b.exec(t, `INSERT INTO {s}.notification_deliveries (lane, idempotency_key, target, state, attempts, next_attempt_at, created_at)
+		VALUES (?, 'k1', 'handler', 'DEAD', 5, now(), now())`, LaneOf(failedID))
+	// An attempt reclaimed, with its reason, and replaced by the next.
+	b.exec(t, `INSERT INTO {s}.attempts (lane, execution_id, node, graph_key, attempt_id, state, attempt, max_attempts,
+			replica_id, run_at, claimed_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, created_at, finished_at, error)
+		SELECT lane, execution_id, node, graph_key, attempt_id, 'ABANDONED', attempt, max_attempts, replica_id, run_at,
+			claimed_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, created_at, now(), 'replica-a stopped heartbeating'
+		FROM {s}.nodes WHERE lane = ? AND execution_id = ? AND node = ?`, running.Lane, running.ExecutionID, running.Node)
+	b.exec(t, `UPDATE {s}.nodes SET attempt_id = attempt_id + 1, attempt = 2, replica_id = 'replica-b', claimed_at = now()
+		WHERE lane = ? AND execution_id = ? AND node = ?`, running.Lane, running.ExecutionID, running.Node)
 
 	o, err := b.store.Overview(ctx)
 	require.NoError(t, err)
@@ -52,8 +53,8 @@ func TestOverviewCountsOnIndexesAndEstimatesLargeTotals(t *testing.T) {
 	require.True(t, reclaims[0].Retried)
 
 	// Past exactBelow rows, the totals are the planner's estimates; the small states stay exact.
-	b.exec(t, `INSERT INTO {s}.executions (id, graph_name, graph_version, archived_at)
-		SELECT 'BULK' || i, ?, 'v1', CASE WHEN i % 10 = 0 THEN now() END FROM generate_series(1, ?) i`,
+	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version, archived_at)
+		SELECT 0, 'BULK' || i, ?, 'v1', CASE WHEN i % 10 = 0 THEN now() END FROM generate_series(1, ?) i`,
 		b.g.Name(), exactBelow)
 	b.exec(t, `ANALYZE {s}.executions`)
 	o, err = b.store.Overview(ctx)

@@ -15,27 +15,20 @@ import (
 var ErrNotFailed = errors.New("journey: node has not failed")
 
 // SetArchived archives or unarchives an execution. Archived executions are left out of listings
-// and loads; their waiting attempts are canceled, and revived by Unarchive.
+// and loads; their waiting attempts are canceled, and revived by Unarchive, which fails with
+// ErrKeyHeld if another unarchived execution of the graph holds the execution's key by then.
 func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error {
-	return s.write(ctx, id, nil, func(ctx context.Context, tx *txn, st *execState) error {
-		return s.archive(ctx, tx, st, archived)
+	err := s.write(ctx, id, nil, func(_ context.Context, _ *txn, st *execState) error {
+		return st.archive(archived)
 	})
-}
-
-// archive archives or unarchives the execution st, locked and loaded.
-func (s *Store) archive(ctx context.Context, tx *txn, st *execState, archived bool) error {
-	if (st.exec.ArchivedAt != nil) == archived {
-		return nil
+	if err != nil && !archived {
+		if e, lerr := s.LoadExecution(ctx, id); lerr == nil {
+			if held := keyHeld(err, e); held != nil {
+				return held
+			}
+		}
 	}
-	if err := s.setArchived(ctx, tx, st, archived); err != nil {
-		return err
-	}
-	st.revision++
-	st.changed = true
-	if archived {
-		return nil
-	}
-	return s.advance(ctx, tx, st) // what changed while it was archived
+	return err
 }
 
 // Retry gives a node that failed for good a fresh budget: a new first attempt.
@@ -43,34 +36,9 @@ func (s *Store) Retry(ctx context.Context, id, node string) error {
 	if err := CheckText("node", node); err != nil {
 		return err
 	}
-	return s.write(ctx, id, nil, func(ctx context.Context, tx *txn, st *execState) error {
-		return s.retry(ctx, tx, st, node)
+	return s.write(ctx, id, nil, func(_ context.Context, _ *txn, st *execState) error {
+		return st.retry(node)
 	})
-}
-
-// retry gives node of the execution st, locked and loaded, a new first attempt.
-func (s *Store) retry(ctx context.Context, tx *txn, st *execState, node string) error {
-	id := st.exec.ID
-	n, ok := st.g.Node(node)
-	if !ok {
-		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), node)
-	}
-	latest := st.latest[node]
-	if latest == nil || !latest.failedForGood() {
-		return fmt.Errorf("%w: node %q of %s; only a node that failed for good can be retried", ErrNotFailed, node, id)
-	}
-	c, err := s.insertComputation(ctx, tx, st, n, 1, signature(Signature(n, st.dueView())), 0)
-	if err != nil {
-		return err
-	}
-	st.latest[node] = c
-	st.changed = true
-	// A new failure phase: a later failure is notified again.
-	_, err = tx.NewRaw(s.q("UPDATE {s}.executions SET failure_phase = failure_phase + 1 WHERE id = ?"), id).Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("re-arming the failure notification of %s: %w", id, err)
-	}
-	return nil
 }
 
 // wakeRetry is how long an execution whose due-tick advance failed waits before the next try, so
@@ -96,8 +64,8 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 	}
 	woken := 0
 	for _, id := range ids {
-		err := s.write(ctx, id, s.boundLocks, func(ctx context.Context, tx *txn, st *execState) error {
-			return s.advance(ctx, tx, st) // a no-op if another replica got there first
+		err := s.write(ctx, id, s.boundLocks, func(_ context.Context, _ *txn, st *execState) error {
+			return st.advance() // a no-op if another replica got there first
 		})
 		if err == nil {
 			woken++
@@ -108,8 +76,8 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 		}
 		s.logger.Error("advancing an execution with a due tick failed; trying it again later", "service", "sweeper",
 			"execution_id", id, "retry_in", wakeRetry, "error", err)
-		_, err = s.db.NewRaw(s.q("UPDATE {s}.executions SET wake_at = coalesce(?::timestamptz, now()) + ? * interval '1 millisecond' WHERE id = ?"),
-			s.clock.NowOrNil(), wakeRetry.Milliseconds(), id).Exec(ctx)
+		_, err = s.db.NewRaw(s.q(`UPDATE {s}.executions SET wake_at = coalesce(?::timestamptz, now()) + ? * interval '1 millisecond'
+			WHERE lane = ? AND id = ?`), s.clock.NowOrNil(), wakeRetry.Milliseconds(), LaneOf(id), id).Exec(ctx)
 		if err != nil {
 			s.logger.Warn("postponing a due tick failed", "service", "sweeper", "execution_id", id, "error", err)
 		}
@@ -126,15 +94,17 @@ type Change struct {
 	At       time.Time       `bun:"changed_at" json:"at"`
 }
 
-// historyQuery lists the changes of the values of an execution (?), oldest first: the values
-// replaced or cleared, and the clearings, in value_history, and the current values in "values",
-// each at its place in the history.
-const historyQuery = `WITH x AS (SELECT ?::text AS id)
+// historyQuery lists the changes of the values of an execution (lane ?, id ?), oldest first: the
+// values replaced or cleared, and the clearings, in value_history, and the current values in
+// their node rows, each at its place in the history (hseq).
+const historyQuery = `WITH x AS (SELECT ?::smallint AS lane, ?::text AS id)
 	SELECT node, value, metadata, revision, changed_at FROM (
-		SELECT h.id, h.node, h.value, h.metadata, h.revision, h.changed_at FROM {s}.value_history h, x WHERE h.execution_id = x.id
+		SELECT h.hseq, h.node, h.value, h.metadata, h.revision, h.changed_at FROM {s}.value_history h, x
+		WHERE h.lane = x.lane AND h.execution_id = x.id
 		UNION ALL
-		SELECT v.history_id, v.node, v.value, v.metadata, v.revision, v.set_at FROM {s}."values" v, x WHERE v.execution_id = x.id
-	) changes ORDER BY id`
+		SELECT n.hseq, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM {s}.nodes n, x
+		WHERE n.lane = x.lane AND n.execution_id = x.id AND n.value_rev IS NOT NULL
+	) changes ORDER BY hseq`
 
 // History lists every change of every value of an execution, oldest first.
 func (s *Store) History(ctx context.Context, id string) ([]Change, error) {
@@ -142,7 +112,7 @@ func (s *Store) History(ctx context.Context, id string) ([]Change, error) {
 		return nil, err
 	}
 	var out []Change
-	err := s.db.NewRaw(s.q(historyQuery), id).Scan(ctx, &out)
+	err := s.db.NewRaw(s.q(historyQuery), LaneOf(id), id).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("reading the history of %s: %w", id, err)
 	}
@@ -215,7 +185,7 @@ func (s *Store) where(q ListQuery) (string, []any, error) {
 	var args []any
 	b.WriteString(s.q(" FROM {s}.executions e"))
 	if q.OrderBy != "" && !orderColumns[q.OrderBy] {
-		b.WriteString(s.q(` LEFT JOIN {s}."values" sv ON sv.execution_id = e.id AND sv.node = ?`))
+		b.WriteString(s.q(` LEFT JOIN {s}.nodes sv ON sv.lane = e.lane AND sv.execution_id = e.id AND sv.node = ?`))
 		args = append(args, q.OrderBy)
 	}
 	b.WriteString(" WHERE TRUE")
@@ -241,7 +211,8 @@ func (s *Store) where(q ListQuery) (string, []any, error) {
 		args = append(args, q.Key)
 	}
 	for _, f := range q.Filters {
-		value := s.q(`SELECT v.value FROM {s}."values" v WHERE v.execution_id = e.id AND v.node = ?`)
+		value := s.q(`SELECT v.value FROM {s}.nodes v WHERE v.lane = e.lane AND v.execution_id = e.id AND v.node = ?
+			AND v.value_rev IS NOT NULL`)
 		switch op, isCmp := comparisons[f.Op]; {
 		case isCmp:
 			b.WriteString(" AND (" + value + ") " + op + " ?::jsonb")
@@ -282,20 +253,28 @@ func (s *Store) ListExecutions(ctx context.Context, q ListQuery) ([]Execution, e
 	}
 	order := "e.created_at " + dir
 	switch {
+	case q.OrderBy == "revision" || q.OrderBy == "updated_at":
+		// Derived from the node rows, which the hot path writes alone (see executionRead).
+		order = s.q(`greatest(e.` + q.OrderBy + `, (SELECT max(n.` + map[string]string{"revision": "rev", "updated_at": "changed_at"}[q.OrderBy] +
+			`) FROM {s}.nodes n WHERE n.lane = e.lane AND n.execution_id = e.id)) ` + dir)
 	case orderColumns[q.OrderBy]:
 		order = "e." + q.OrderBy + " " + dir
 	case q.OrderBy != "":
 		order = "sv.value " + dir + " NULLS LAST"
 	}
-	query := "SELECT " + cols("e", executionColumns) + from + " ORDER BY " + order + ", e.id " + dir
+	// The page is chosen first, and each of its executions' revision is then derived once.
+	page := "SELECT " + cols("e", executionColumns) + ", row_number() OVER (ORDER BY " + order + ", e.id " + dir + ") AS rn" + from +
+		" ORDER BY " + order + ", e.id " + dir
 	if q.Limit > 0 {
-		query += " LIMIT ?"
+		page += " LIMIT ?"
 		args = append(args, q.Limit)
 	}
 	if q.Offset > 0 {
-		query += " OFFSET ?"
+		page += " OFFSET ?"
 		args = append(args, q.Offset)
 	}
+	query := "SELECT " + s.executionRead("e") + " FROM (" + page + ") e ORDER BY e.rn"
+
 	var out []Execution
 	if err := s.db.NewRaw(query, args...).Scan(ctx, &out); err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing executions: %w", err)

@@ -333,7 +333,7 @@ func TestRecordAFanOutInOneBatch(t *testing.T) {
 		Revision int64  `bun:"revision"`
 	}
 	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT node, revision FROM (`+historyQuery+`) h
-		WHERE node <> 'x' ORDER BY revision`), id).Scan(ctx, &history))
+		WHERE node <> 'x' ORDER BY revision`), LaneOf(id), id).Scan(ctx, &history))
 	require.Len(t, history, 10, "each value is in the history")
 	for i, c := range claimed {
 		rev := before.Revision + int64(i) + 1

@@ -23,6 +23,7 @@ const PayloadRequest = "r"
 // replica serving the execution's graph carries out.
 type Request struct {
 	ID          int64      `bun:"id" json:"id"`
+	Lane        int16      `bun:"lane" json:"-"`
 	ExecutionID string     `bun:"execution_id" json:"execution_id"`
 	GraphKey    string     `bun:"graph_key" json:"graph"`
 	Action      string     `bun:"action" json:"action"`
@@ -63,9 +64,9 @@ func (s *Store) Ask(ctx context.Context, id, action, node string) (*Request, err
 	}
 	req := new(Request)
 	err = s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		err := tx.NewRaw(s.q(`INSERT INTO {s}.requests (execution_id, graph_key, action, node, requested_at)
-			VALUES (?, ?, ?, ?, coalesce(?::timestamptz, now())) RETURNING `+cols("", requestColumns)),
-			id, GraphKey(exec.GraphName, exec.GraphVersion), action, nodeArg, s.clock.NowOrNil()).Scan(ctx, req)
+		err := tx.NewRaw(s.q(`INSERT INTO {s}.requests (lane, execution_id, graph_key, action, node, requested_at)
+			VALUES (?, ?, ?, ?, ?, coalesce(?::timestamptz, now())) RETURNING `+cols("", requestColumns)),
+			exec.Lane, id, GraphKey(exec.GraphName, exec.GraphVersion), action, nodeArg, s.clock.NowOrNil()).Scan(ctx, req)
 		if err != nil {
 			return fmt.Errorf("recording the request: %w", err)
 		}
@@ -89,8 +90,8 @@ func (s *Store) checkRetry(ctx context.Context, exec *Execution, node string) er
 			ErrUnknownNode, exec.GraphName, exec.GraphVersion, node)
 	}
 	var latest []Computation
-	err = s.db.NewRaw(s.q(`SELECT `+cols("", computationColumns)+` FROM {s}.computations WHERE execution_id = ? AND node = ?
-		ORDER BY id DESC LIMIT 1`), exec.ID, node).Scan(ctx, &latest)
+	err = s.db.NewRaw(s.q(`SELECT `+attemptColumns+` FROM {s}.nodes n
+		WHERE n.lane = ? AND n.execution_id = ? AND n.node = ? AND n.attempt_id IS NOT NULL`), exec.Lane, exec.ID, node).Scan(ctx, &latest)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("reading the attempts of %q: %w", node, err)
 	}
@@ -152,8 +153,8 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 	errTaken := errors.New("taken")
 	lock := func(ctx context.Context, tx bun.IDB) error {
 		var ids []int64
-		err := tx.NewRaw(s.q(`SELECT id FROM {s}.requests WHERE id = ? AND done_at IS NULL FOR UPDATE SKIP LOCKED`),
-			req.ID).Scan(ctx, &ids)
+		err := tx.NewRaw(s.q(`SELECT id FROM {s}.requests WHERE lane = ? AND id = ? AND done_at IS NULL FOR UPDATE SKIP LOCKED`),
+			req.Lane, req.ID).Scan(ctx, &ids)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("locking request %d: %w", req.ID, err)
 		}
@@ -164,7 +165,7 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 	}
 	markDone := func(ctx context.Context, db bun.IDB, reason *string) error {
 		_, err := db.NewRaw(s.q(`UPDATE {s}.requests SET done_at = coalesce(?::timestamptz, now()), replica_id = ?, error = ?
-			WHERE id = ? AND done_at IS NULL`), s.clock.NowOrNil(), replicaID, reason, req.ID).Exec(ctx)
+			WHERE lane = ? AND id = ? AND done_at IS NULL`), s.clock.NowOrNil(), replicaID, reason, req.Lane, req.ID).Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("marking request %d done: %w", req.ID, err)
 		}
@@ -174,9 +175,9 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 		var err error
 		switch req.Action {
 		case ActionRetry:
-			err = s.retry(ctx, tx, st, deref(req.Node))
+			err = st.retry(deref(req.Node))
 		case ActionArchive, ActionUnarchive:
-			err = s.archive(ctx, tx, st, req.Action == ActionArchive)
+			err = st.archive(req.Action == ActionArchive)
 		default:
 			err = fmt.Errorf("%w: unknown action %q", ErrBadRequest, req.Action)
 		}
@@ -185,6 +186,11 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 		}
 		return markDone(ctx, tx, nil)
 	})
+	if err != nil && req.Action == ActionUnarchive {
+		if e, lerr := s.LoadExecution(ctx, req.ExecutionID); lerr == nil {
+			err = cmpOrErr(keyHeld(err, e), err)
+		}
+	}
 	switch {
 	case err == nil:
 		return true, nil
@@ -196,4 +202,12 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 	default:
 		return false, err
 	}
+}
+
+// cmpOrErr returns err if it is not nil, else def.
+func cmpOrErr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
 }

@@ -26,15 +26,16 @@ func TestRetentionKeepsWhatTheSemanticsNeed(t *testing.T) {
 		last = c.ID
 	}
 	key := id + ":execution.completed:0"
-	b.exec(t, `INSERT INTO {s}.notification_claims (execution_id, event, phase, idempotency_key, claimed_at) VALUES (?, 'execution.completed', 0, ?, now())`, id, key)
-	b.exec(t, `INSERT INTO {s}.notification_deliveries (idempotency_key, target, state, attempts, next_attempt_at, delivered_at, created_at)
-		VALUES (?, 'handler', 'DELIVERED', 1, now(), ?, now())`, key, b.clock.Now())
+	b.exec(t, `INSERT INTO {s}.notification_claims (lane, execution_id, event, phase, idempotency_key, claimed_at)
+		VALUES (?, ?, 'execution.completed', 0, ?, now())`, LaneOf(id), id, key)
+	b.exec(t, `INSERT INTO {s}.notification_deliveries (lane, idempotency_key, target, state, attempts, next_attempt_at, delivered_at, created_at)
+		VALUES (?, ?, 'handler', 'DELIVERED', 1, now(), ?, now())`, LaneOf(id), key, b.clock.Now())
 	count := func(table string) int {
 		var n int
 		require.NoError(t, b.db.NewRaw(b.store.q("SELECT count(*) FROM {s}."+table)).Scan(ctx, &n))
 		return n
 	}
-	require.Equal(t, 5, count("computations"))
+	require.Equal(t, 4, count("attempts"), "the attempts that the next ones replaced")
 	require.Equal(t, 8, count("value_history"), "the values replaced: x and y, four times each")
 
 	sweep := func() SweepResult {
@@ -48,7 +49,7 @@ func TestRetentionKeepsWhatTheSemanticsNeed(t *testing.T) {
 	b.clock.Advance(2 * time.Hour)
 	for sweep().Deleted > 0 { // a pass deletes at most Limit rows per table
 	}
-	require.Equal(t, 1, count("computations"), "only the newest attempt is kept")
+	require.Zero(t, count("attempts"), "only the newest attempt is kept, in its node's row")
 	require.Equal(t, last, b.latest(t, id, "y").ID, "and it is the newest")
 	require.Zero(t, count("value_history"))
 	require.Zero(t, count("notification_deliveries"))
@@ -67,61 +68,27 @@ func TestRetentionKeepsWhatTheSemanticsNeed(t *testing.T) {
 	require.Equal(t, int64(60), vals.Int("y"))
 }
 
-// A pass examines a bounded window of the finished attempts, however many old ones are kept as
-// the newest of their node, and the next pass goes on from where it stopped. Once at the
-// cutoff, it starts again from the oldest, and finds an attempt that was superseded meanwhile.
-func TestRetentionExaminesABoundedWindowPerPass(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	ids := b.ready(t, 30)
-	for range ids {
-		require.NoError(t, b.store.Complete(ctx, b.claimOne(t, "r1"), json.RawMessage(`1`), nil))
-	}
-	b.clock.Advance(25 * time.Hour)
-	cutoff := b.clock.Now().Add(-24 * time.Hour)
-	pass := func() (deleted, examined int) {
-		t.Helper()
-		deleted, examined, err := b.store.pruneAttempts(ctx, cutoff, 2)
-		require.NoError(t, err)
-		return deleted, examined
-	}
-	deleted, examined := pass()
-	require.Equal(t, [2]int{0, 2 * pruneScanFactor}, [2]int{deleted, examined}, "a pass examines at most Limit×%d attempts", pruneScanFactor)
-	deleted, examined = pass()
-	require.Equal(t, [2]int{0, 30 - 2*pruneScanFactor}, [2]int{deleted, examined}, "the next pass goes on to the cutoff")
-
-	old := b.latest(t, ids[5], "y")
-	_, err := b.store.SetValues(ctx, ids[5], map[string]json.RawMessage{"x": json.RawMessage(`2`)}, nil, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.store.Complete(ctx, b.claimOne(t, "r1"), json.RawMessage(`2`), nil))
-	deleted, examined = pass()
-	require.Equal(t, [2]int{1, 2 * pruneScanFactor}, [2]int{deleted, examined}, "the pass after the cutoff starts again from the oldest")
-	comps, err := b.store.Computations(ctx, ids[5])
-	require.NoError(t, err)
-	require.Len(t, comps, 1)
-	require.NotEqual(t, old.ID, comps[0].ID, "the superseded attempt is the one deleted")
-}
-
-// (j) What a write reads of an execution's attempts does not grow with its age: the newest
-// attempt of each node, read from the index, whatever the number of older ones.
-func TestWritesReadOneAttemptPerNode(t *testing.T) {
+// (j) What a write reads of an execution does not grow with its age: one row per node, whatever
+// the number of attempts replaced, which it does not read.
+func TestWritesReadOneRowPerNode(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	id := b.start(t, b.g, map[string]any{"x": 1})
-	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
-			abandon_after_ms, heartbeat_timeout_ms, created_at, finished_at)
-		SELECT ?, 'store@v1', 'y', 'SUCCESS', 1, 2, now(), 60000, 30000, now(), now() FROM generate_series(1, 5000)`, id)
-	b.exec(t, `ANALYZE {s}.computations`)
+	b.exec(t, `INSERT INTO {s}.attempts (lane, execution_id, node, graph_key, attempt_id, state, attempt, max_attempts, run_at,
+			abandon_after_ms, heartbeat_timeout_ms, computed_with, created_at, finished_at)
+		SELECT ?, ?, 'y', 'store@v1', g, 'SUCCESS', 1, 2, now(), 60000, 30000, '{}', now(), now() FROM generate_series(1, 5000) g`,
+		LaneOf(id), id)
+	b.exec(t, `ANALYZE {s}.attempts`)
 
 	var plan []map[string]any
 	var raw string
-	require.NoError(t, b.db.DB.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.q(latestAttemptsQuery),
-		[]string{id}, []string{"store@v1"}, []string{"y"}).Scan(&raw))
+	require.NoError(t, b.db.DB.QueryRowContext(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+b.store.q(`SELECT `+cols("n", nodeColumns)+`
+		FROM unnest($1::smallint[], $2::text[]) AS k(lane, id) JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id`),
+		[]int16{LaneOf(id)}, []string{id}).Scan(&raw))
 	require.NoError(t, json.Unmarshal([]byte(raw), &plan))
-	read := rowsRead(plan[0]["Plan"].(map[string]any), "computations")
-	require.LessOrEqual(t, read, 1.0, "one row read per node, not one per attempt ever made")
+	require.LessOrEqual(t, rowsRead(plan[0]["Plan"].(map[string]any), "nodes"), 2.0, "one row read per node: x and y")
+	require.Zero(t, rowsRead(plan[0]["Plan"].(map[string]any), "attempts"), "no attempt replaced is read")
 }
 
 // rowsRead sums the rows the plan's scans of table returned.

@@ -88,17 +88,20 @@ func TestPromotionLooksPastBlockedCandidates(t *testing.T) {
 	b := setup(t, g)
 	holder := b.start(t, g, map[string]any{"k": "A"})
 	require.Contains(t, b.claimed(t, "r1"), holder, "the first attempt on key A runs")
-	b.exec(t, `INSERT INTO {s}.computations (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
-			abandon_after_ms, heartbeat_timeout_ms, concurrency_key, created_at)
-		SELECT ?, 'hol@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour', 60000, 30000, 'A', now()
-		FROM generate_series(1, 1001)`, holder)
+	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version)
+		SELECT 0, 'blocked-' || g, 'hol', 'v1' FROM generate_series(1, 1001) g`)
+	b.exec(t, `INSERT INTO {s}.nodes (lane, execution_id, node, graph_key, rev, changed_at, attempt_id, state, attempt,
+			max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, concurrency_key, created_at)
+		SELECT 0, 'blocked-' || g, 'job', 'hol@v1', 1, now(), g, 'PENDING', 1, 2, now() - interval '1 hour', 60000, 30000,
+			'A', now()
+		FROM generate_series(1, 1001) g`)
 
 	free := b.start(t, g, map[string]any{"k": "B"})
 	require.Equal(t, StateAvailable, b.latest(t, free, "job").State, "key B is free: its attempt is promoted")
 	_, err := b.store.PromoteDue(context.Background())
 	require.NoError(t, err)
 	var available int
-	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT count(*) FROM {s}.computations WHERE state = 'AVAILABLE'`)).Scan(context.Background(), &available))
+	require.NoError(t, b.db.NewRaw(b.store.q(`SELECT count(*) FROM {s}.nodes WHERE state = 'AVAILABLE'`)).Scan(context.Background(), &available))
 	require.Equal(t, 1, available, "nothing on the held key A is promoted")
 }
 
@@ -213,7 +216,8 @@ func TestHeartbeatSkipsLockedRows(t *testing.T) {
 	tx, err := b.db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	_, err = tx.NewRaw(b.store.q("SELECT 1 FROM {s}.computations WHERE id = ? FOR UPDATE"), one.ID).Exec(ctx)
+	_, err = tx.NewRaw(b.store.q("SELECT 1 FROM {s}.nodes WHERE lane = ? AND execution_id = ? AND node = ? FOR UPDATE"),
+		one.Lane, one.ExecutionID, one.Node).Exec(ctx)
 	require.NoError(t, err)
 
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -324,7 +328,7 @@ func TestWakeDueReachesItsOwnTicks(t *testing.T) {
 	}
 	b.clock.Advance(time.Second) // theirs come due first
 	broken := due(b.store, mine)
-	b.exec(t, `UPDATE {s}."values" SET value = '{"not": "a list"}' WHERE execution_id = ? AND node = 'h'`, broken)
+	b.exec(t, `UPDATE {s}.nodes SET value = '{"not": "a list"}' WHERE execution_id = ? AND node = 'h'`, broken)
 	ok := due(b.store, mine)
 	b.clock.Advance(2 * time.Minute)
 

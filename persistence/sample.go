@@ -24,9 +24,9 @@ func (s *Store) ActiveCounts(ctx context.Context) ([]telemetry.StateCount, error
 		N        int64  `bun:"n"`
 	}
 	err := s.db.NewRaw(s.q(`SELECT graph_key, node, state, count(*) AS n FROM (
-			SELECT graph_key, node, state FROM {s}.computations WHERE state = 'PENDING' AND graph_key IN (?0)
-			UNION ALL SELECT graph_key, node, state FROM {s}.computations WHERE state = 'AVAILABLE' AND graph_key IN (?0)
-			UNION ALL SELECT graph_key, node, state FROM {s}.computations WHERE state = 'RUNNING' AND graph_key IN (?0)) a
+			SELECT graph_key, node, state FROM {s}.nodes WHERE state = 'PENDING' AND graph_key IN (?0)
+			UNION ALL SELECT graph_key, node, state FROM {s}.nodes WHERE state = 'AVAILABLE' AND graph_key IN (?0)
+			UNION ALL SELECT graph_key, node, state FROM {s}.nodes WHERE state = 'RUNNING' AND graph_key IN (?0)) a
 		GROUP BY graph_key, node, state`), bun.List(s.keys)).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("counting the active computations by node: %w", err)

@@ -167,14 +167,11 @@ type Store struct {
 	promoteKey  string
 	lockTimeout time.Duration
 	hooks       Hooks
-	pruned      pruneCursor
 	abandoning  abandonFailures
 	tracer      trace.Tracer
 	notes       *notes
 	// afterCommits gathers the promotions after the writes' commits (promoteAfterCommit).
 	afterCommits *afterCommits
-	// writeValuesSQL is writeValuesQuery for this schema, numbered for pgx: every write sends it.
-	writeValuesSQL string
 }
 
 // New returns a Store. It does not touch the database.
@@ -208,7 +205,6 @@ func New(cfg Config) (*Store, error) {
 	}
 	s.notes = newNotes(s)
 	s.afterCommits = newAfterCommits()
-	s.writeValuesSQL = dollars(s.q(writeValuesQuery))
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
@@ -298,9 +294,11 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx
 	return s.db.RunInTx(ctx, nil, fn)
 }
 
-// Execution is a row of the executions table.
+// Execution is a row of the executions table. Its Revision, as the store returns it, is the
+// execution's: the greatest of the column's and of its node rows'.
 type Execution struct {
 	ID           string     `bun:"id"`
+	Lane         int16      `bun:"lane"`
 	GraphName    string     `bun:"graph_name"`
 	GraphVersion string     `bun:"graph_version"`
 	Revision     int64      `bun:"revision"`
@@ -319,9 +317,11 @@ type Execution struct {
 	Existing bool `bun:"-" db:"-"`
 }
 
-// Computation is a row of the computations table: one attempt of one node.
+// Computation is one attempt of one node: the current attempt of a node row, or a row of the
+// attempts table.
 type Computation struct {
 	ID                 int64      `bun:"id"`
+	Lane               int16      `bun:"lane"`
 	ExecutionID        string     `bun:"execution_id"`
 	GraphKey           string     `bun:"graph_key"`
 	Node               string     `bun:"node"`

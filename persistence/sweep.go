@@ -60,9 +60,6 @@ func ReasonCategory(reason string) string {
 // errAbandoned is the cause recorded for OnSave when abandonment used up the attempts.
 var errAbandoned = errors.New("timed out")
 
-// errNothingToDo rolls back a transaction that found its work done by someone else.
-var errNothingToDo = errors.New("nothing to do")
-
 // SweepResult says what one sweep pass did.
 type SweepResult struct {
 	// Skipped is true when another replica holds the sweep lease.
@@ -104,7 +101,9 @@ type SweepOptions struct {
 // expired is an attempt the sweep should abandon, with the reason.
 type expired struct {
 	ID          int64   `bun:"id"`
+	Lane        int16   `bun:"lane"`
 	ExecutionID string  `bun:"execution_id"`
+	Node        string  `bun:"node"`
 	ClaimToken  *string `bun:"claim_token"`
 	Reason      string  `bun:"reason"`
 	Traceparent *string `bun:"traceparent"`
@@ -135,11 +134,12 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 	var canceled []struct {
 		ID int64 `bun:"id"`
 	}
-	err = s.db.NewRaw(s.q(`UPDATE {s}.computations SET state = 'CANCELED', error = ?, finished_at = coalesce(?::timestamptz, now())
-		WHERE id IN (SELECT c.id FROM {s}.computations c JOIN {s}.executions e ON e.id = c.execution_id
+	err = s.db.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'CANCELED', error = ?, finished_at = coalesce(?::timestamptz, now())
+		FROM (SELECT c.lane, c.execution_id, c.node FROM {s}.nodes c JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
 			WHERE c.state IN ('PENDING', 'AVAILABLE') AND e.archived_at IS NOT NULL
-			LIMIT ? FOR UPDATE OF c, e SKIP LOCKED)
-		RETURNING id`), ReasonArchived, s.clock.NowOrNil(), opts.Limit).Scan(ctx, &canceled)
+			LIMIT ? FOR UPDATE OF c, e SKIP LOCKED) l
+		WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node
+		RETURNING n.attempt_id AS id`), ReasonArchived, s.clock.NowOrNil(), opts.Limit).Scan(ctx, &canceled)
 	if err != nil && !isNoRows(err) {
 		return res, fmt.Errorf("canceling the waiting work of archived executions: %w", err)
 	}
@@ -206,18 +206,18 @@ func (s *Store) abandon(ctx context.Context, limit int, res *SweepResult) error 
 func (s *Store) expiredAttempts(ctx context.Context, after int64, skip []int64, limit int) ([]expired, error) {
 	var rows []expired
 	err := s.db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now)
-		SELECT c.id, c.execution_id, c.claim_token, c.traceparent, CASE
+		SELECT c.attempt_id AS id, c.lane, c.execution_id, c.node, c.claim_token, c.traceparent, CASE
 				WHEN c.deadline <= t.now THEN ?
 				WHEN r.replica_id IS NULL OR r.last_heartbeat < t.now - r.stale_after_ms * interval '1 millisecond'
 					THEN 'abandoned: replica ' || c.replica_id || ' stopped heartbeating'
 				WHEN c.claimed_at < r.started_at THEN 'abandoned: replica ' || c.replica_id || ' restarted'
 				ELSE ? END AS reason
-		FROM t, {s}.computations c LEFT JOIN {s}.replica_heartbeats r ON r.replica_id = c.replica_id
-		WHERE c.state = 'RUNNING' AND c.graph_key IN (?) AND c.id > ? AND c.id <> ALL(?::bigint[])
+		FROM t, {s}.nodes c LEFT JOIN {s}.replica_heartbeats r ON r.replica_id = c.replica_id
+		WHERE c.state = 'RUNNING' AND c.graph_key IN (?) AND c.attempt_id > ? AND c.attempt_id <> ALL(?::bigint[])
 			AND (c.deadline <= t.now OR c.heartbeat_deadline <= t.now OR r.replica_id IS NULL
 				OR r.last_heartbeat < t.now - r.stale_after_ms * interval '1 millisecond'
 				OR c.claimed_at < r.started_at)
-		ORDER BY c.id
+		ORDER BY c.attempt_id
 		LIMIT ?`), s.clock.NowOrNil(), ReasonDeadline, ReasonHeartbeat, bun.List(s.keys), after, pgdialect.Array(skip),
 		limit).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
@@ -339,9 +339,9 @@ func (s *Store) abandonAlone(ctx context.Context, row expired, failures int, cau
 		if err := s.boundLocks(ctx, tx); err != nil {
 			return err
 		}
-		err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'ABANDONED', error = ?, finished_at = coalesce(?::timestamptz, now())
-			WHERE id = ? AND state = 'RUNNING' AND claim_token = ?::uuid
-			RETURNING `+cols("", computationColumns)), msg, s.clock.NowOrNil(), row.ID, row.ClaimToken).Scan(ctx, &got)
+		err := tx.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'ABANDONED', error = ?, finished_at = coalesce(?::timestamptz, now())
+			WHERE n.lane = ? AND n.execution_id = ? AND n.node = ? AND n.state = 'RUNNING' AND n.claim_token = ?::uuid
+			RETURNING `+attemptColumns), msg, s.clock.NowOrNil(), row.Lane, row.ExecutionID, row.Node, row.ClaimToken).Scan(ctx, &got)
 		if isNoRows(err) {
 			return nil
 		}
@@ -377,39 +377,17 @@ func (s *Store) abandonOne(ctx context.Context, row expired) (c *Computation, er
 		}
 		span.End()
 	}()
-	guard := func(ctx context.Context, tx bun.IDB) error {
-		if err := s.boundLocks(ctx, tx); err != nil {
-			return err
-		}
-		var got []*Computation
-		err := tx.NewRaw(s.q(`UPDATE {s}.computations SET state = 'ABANDONED', error = ?, finished_at = coalesce(?::timestamptz, now())
-			WHERE id = (SELECT id FROM {s}.computations
-				WHERE id = ? AND state = 'RUNNING' AND claim_token = ?::uuid FOR UPDATE SKIP LOCKED)
-			RETURNING `+cols("", computationColumns)), row.Reason, s.clock.NowOrNil(), row.ID, row.ClaimToken).Scan(ctx, &got)
-		if err != nil && !isNoRows(err) {
-			return fmt.Errorf("abandoning computation %d: %w", row.ID, err)
-		}
-		if len(got) == 0 {
+	// A writer that holds the execution's lock (its completion, say) is waited for, as long as
+	// the lock timeout: the attempt is then found finished, or fails to abandon this pass.
+	err = s.write(ctx, row.ExecutionID, s.boundLocks, func(_ context.Context, _ *txn, st *execState) error {
+		c = st.latest[row.Node]
+		if c == nil || c.State != StateRunning || deref(c.ClaimToken) != deref(row.ClaimToken) {
 			return errNothingToDo
 		}
-		c = got[0]
-		return nil
-	}
-	err = s.write(ctx, row.ExecutionID, guard, func(ctx context.Context, tx *txn, st *execState) error {
 		if s.hooks.Abandoning != nil {
 			s.hooks.Abandoning(c)
 		}
-		st.revision++
-		// Its slot is free: promoted now if the promotion lock is free, or else by the pass's
-		// promotion after its abandonments, not after each of them, so that the lock cannot hold
-		// up the retries of the work of a dead replica.
-		st.promote, st.promoteByCaller = c.gated(), true
-		// Its retry, if it has no backoff, keeps its place in the queue: the work has been due
-		// since its run_at, and it waited its turn once already. Behind a backlog, a retry at the
-		// back of the queue would wait for all of it a second time, after a replica's death.
-		st.requeueAt = &c.RunAt
-		defer func() { st.requeueAt = nil }()
-		return s.afterFailure(ctx, tx, st, c, fmt.Errorf("%s: %w", row.Reason, errAbandoned), false)
+		return st.abandon(c, row.Reason)
 	})
 	if errors.Is(err, errNothingToDo) {
 		return nil, nil

@@ -280,7 +280,7 @@ func TestJudgesAReplicaByItsOwnStaleAfter(t *testing.T) {
 	c := b.claim(t)
 	beat(t, b.store, "r1", time.Minute, false)
 	// Work that may take an hour: only the replica's staleness can end it here.
-	_, err := b.store.DB().NewRaw("UPDATE ?.computations SET deadline = deadline + interval '1 hour'", bun.Ident(b.store.Schema())).Exec(ctx)
+	_, err := b.store.DB().NewRaw("UPDATE ?.nodes SET deadline = deadline + interval '1 hour'", bun.Ident(b.store.Schema())).Exec(ctx)
 	require.NoError(t, err)
 
 	b.clock.Advance(30 * time.Second) // older than the default 20s, younger than its own minute

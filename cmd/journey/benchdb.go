@@ -207,7 +207,7 @@ func (m *monitor) snapshot(ctx context.Context, reset bool) (benchStats, error) 
 		}
 		// The heartbeat UPDATE is the one statement that starts its SET with heartbeat_deadline.
 		err = m.queryRow(ctx, "SELECT coalesce(sum(calls), 0)::bigint FROM "+m.stats+".pg_stat_statements "+
-			"WHERE dbid = $1 AND regexp_replace(query, '\\s+', ' ', 'g') LIKE '%computations c SET heartbeat_deadline =%' "+
+			"WHERE dbid = $1 AND regexp_replace(query, '\\s+', ' ', 'g') LIKE '%nodes n SET heartbeat_deadline =%' "+
 			"AND query NOT LIKE '%pg_stat%'", []any{m.dbid}, &s.heartbeats)
 		if err != nil {
 			return s, fmt.Errorf("reading the heartbeat statements from pg_stat_statements: %w", err)
@@ -293,16 +293,18 @@ func (m *monitor) topStatements(ctx context.Context, n int) ([]statementCalls, e
 	return top, nil
 }
 
-// cloneFinished inserts count copies of the finished execution template: its row, values,
-// value history and computations, with ids of their own, and their times age earlier. The rows
-// are copied whole, whatever their columns, as the runtime wrote them.
+// cloneFinished inserts count copies of the finished execution template: its row, node rows,
+// value history and replaced attempts, with ids of their own, and their times age earlier. The
+// rows are copied whole, whatever their columns, as the runtime wrote them. A copy's id is the
+// template's, then -finished- and the characters that spell the template's lane, as an id's
+// 11th and 12th from its last 20 do (persistence.LaneOf), then its number: it keeps its lane.
 func (m *monitor) cloneFinished(ctx context.Context, schema, template string, count int, age time.Duration) error {
 	if count <= 0 {
 		return nil
 	}
 	s := pgx.Identifier{schema}.Sanitize()
 	for _, t := range []struct{ table, key string }{
-		{"executions", "id"}, {"values", "execution_id"}, {"value_history", "execution_id"}, {"computations", "execution_id"},
+		{"executions", "id"}, {"nodes", "execution_id"}, {"value_history", "execution_id"}, {"attempts", "execution_id"},
 	} {
 		cols, err := m.copiedColumns(ctx, schema, t.table)
 		if err != nil {
@@ -314,7 +316,7 @@ func (m *monitor) cloneFinished(ctx context.Context, schema, template string, co
 			names = append(names, name)
 			switch {
 			case c.name == t.key:
-				values = append(values, "$2 || g")
+				values = append(values, "$2 || substr(t."+name+", length(t."+name+") - 9, 2) || lpad(g::text, 8, '0')")
 			case c.typ == "timestamp with time zone":
 				values = append(values, "t."+name+" - $4::bigint * interval '1 microsecond'")
 			default:
@@ -330,7 +332,7 @@ func (m *monitor) cloneFinished(ctx context.Context, schema, template string, co
 	}
 	// Vacuumed too, as old rows are: else autovacuum would visit a million new rows while the
 	// replicas are measured, and the first reads would set their hint bits.
-	if err := m.exec(ctx, fmt.Sprintf(`VACUUM (ANALYZE) %[1]s.executions, %[1]s."values", %[1]s.value_history, %[1]s.computations`, s)); err != nil {
+	if err := m.exec(ctx, fmt.Sprintf(`VACUUM (ANALYZE) %[1]s.executions, %[1]s.nodes, %[1]s.value_history, %[1]s.attempts`, s)); err != nil {
 		return fmt.Errorf("vacuuming the tables: %w", err)
 	}
 	// And written out, so that the measured replicas do not share the disk with a checkpoint
@@ -380,8 +382,8 @@ func (m *monitor) copiedColumns(ctx context.Context, schema, table string) ([]co
 func (m *monitor) finishedExecutions(ctx context.Context, schema string, ids, leaves []string) (int64, error) {
 	var n int64
 	err := m.queryRow(ctx, `SELECT count(*) FROM (
-			SELECT execution_id FROM `+pgx.Identifier{schema}.Sanitize()+`."values"
-			WHERE execution_id = ANY($1) AND node = ANY($2)
+			SELECT execution_id FROM `+pgx.Identifier{schema}.Sanitize()+`.nodes
+			WHERE execution_id = ANY($1) AND node = ANY($2) AND value IS NOT NULL
 			GROUP BY execution_id HAVING count(*) = $3) finished`,
 		[]any{ids, leaves, len(leaves)}, &n)
 	if err != nil {
@@ -408,10 +410,9 @@ type promotionStats struct {
 // so their time is the time a pass holds it for its own work. When the promotion's SQL changes,
 // these must follow (TestBenchGated fails until they do).
 const (
-	promoteChooseSQL = `WITH RECURSIVE oldest AS ( (SELECT c.id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM %`
+	promoteChooseSQL = `WITH RECURSIVE oldest AS ( (SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, %`
 	promoteCountSQL  = `SELECT graph_key, node, count(*) AS n FROM % WHERE state IN (%) AND max_parallel IS NOT NULL GROUP BY graph_key, node`
-	promoteUpdateSQL = `UPDATE %.computations c SET state = $%, available_at = $% FROM (SELECT id, state FROM %.computations ` +
-		`WHERE id = ANY($%::bigint[]) OFFSET $% FOR UPDATE SKIP LOCKED) l WHERE c.id = l.id AND l.state = $% RETURNING c.id`
+	promoteUpdateSQL = `UPDATE %.nodes c SET state = $%, available_at = $% FROM (SELECT n.lane, n.execution_id, n.node, n.state FROM unnest(%`
 )
 
 // promotions reads the gated attempts of the schema and, when pg_stat_statements can be read,
@@ -434,7 +435,7 @@ func (m *monitor) promotions(ctx context.Context, schema string) (promotionStats
 			coalesce(sum(calls) FILTER (WHERE q LIKE $5), 0)::bigint
 		FROM (SELECT *, regexp_replace(query, '\s+', ' ', 'g') AS q FROM `+m.stats+`.pg_stat_statements WHERE dbid = $1) s
 		WHERE strpos(q, $2) > 0 AND (q LIKE $3 OR q LIKE $4 OR q LIKE $5)`,
-		[]any{m.dbid, quoted + ".computations", promoteChooseSQL, promoteCountSQL, promoteUpdateSQL},
+		[]any{m.dbid, quoted + ".nodes", promoteChooseSQL, promoteCountSQL, promoteUpdateSQL},
 		&s.passes, &s.passMs, &s.chooseMaxMs, &updates)
 	if err != nil {
 		return s, fmt.Errorf("reading the promotion statements from pg_stat_statements: %w", err)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,10 +19,10 @@ import (
 	"github.com/journey-go/journey/persistence"
 )
 
-// previousRelease is the release whose replicas the rolling-deploy test runs beside this one's:
-// a commit of this repository's history, whose test binary it builds. docs/operating.md says
-// which releases can roll over which.
-const previousRelease = "724b9b9"
+// previousRelease is the release whose replicas the deploy test runs before this one's: a commit
+// of this repository's history, whose test binary it builds. It is the last release of the
+// previous row shape, which cannot roll over into this one (docs/operating.md).
+const previousRelease = "ee40a6e"
 
 // buildRelease builds the test binary of this package at commit, from the repository's history,
 // and returns its path.
@@ -60,48 +61,62 @@ func buildRelease(t *testing.T, commit string) string {
 	return bin
 }
 
-// deployRounds is how many rounds each replica's clients must complete once the other release
-// has joined (see clients).
+// deployRounds is how many rounds each replica's clients must complete before the test moves on.
 const deployRounds = 20
 
-// A rolling deploy in either direction: the replicas of the previous release keep starting,
-// setting, computing and getting while this release's migrate the schema under them, and the
-// replicas of this release do the same on a schema that the previous release's migrated, then
-// beside them. No client call fails, and every execution completes, with one success per node.
-func TestRollingDeploy(t *testing.T) {
+// A deploy across the row shape, which cannot roll. While a replica of the previous release is
+// live, this release refuses to migrate, and changes nothing. Once that replica is killed in the
+// middle of its work and has gone stale, this release migrates the schema, takes over what the
+// killed replica left running or waiting, and serves its own clients; a replica of the previous
+// release then refuses to start on the migrated schema. No client call of this release fails,
+// and every execution completes, with one success per node.
+func TestDeployAcrossTheRowShape(t *testing.T) {
 	old := buildRelease(t, previousRelease)
 	cfg := defaults()
 	cfg.Clients = 4
-	for _, tc := range []struct {
-		name  string
-		first string // the release that migrates the schema: "old" or "new"
-	}{
-		{"previous release first, then this one migrates", "old"},
-		{"this release first, then the previous one joins", "new"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := unmigratedCluster(t, pgtest.URL(t), cfg)
-			c.quiet = true
-			bins := map[string]string{"old": old, "new": os.Args[0]}
-			second := map[string]string{"old": "new", "new": "old"}[tc.first]
-			a := c.startBinary(t, tc.first, bins[tc.first])
-			a.waitFor(t, "its first rounds", func(w *worker) bool { return w.count("load ok ") >= deployRounds })
-			before := c.migrations(t)
-			b := c.startBinary(t, second, bins[second])
-			t.Logf("migrations applied by the %s release before the %s one started: %d; after: %d", tc.first, second, before, c.migrations(t))
-			// The newer release has migrated the schema by now, whichever came first.
-			since := a.count("load ok ")
-			a.waitFor(t, "rounds beside the other release", func(w *worker) bool { return w.count("load ok ")-since >= deployRounds })
-			b.waitFor(t, "rounds beside the other release", func(w *worker) bool { return w.count("load ok ") >= deployRounds })
-			for _, w := range []*worker{a, b} {
-				w.stop(t)
-				require.Zero(t, w.count("load error "), "replica of the %s release: %v", w.id, w.errors())
-			}
-			// What the stops left to run, a replica of this release drains.
-			c.cfg.Clients, c.cfg.ServeLoad = 0, true
-			c.start(t, "drain")
-			c.auditLoad(t)
-		})
+	c := unmigratedCluster(t, pgtest.URL(t), cfg)
+	c.quiet = true
+	a := c.startBinary(t, "old", old)
+	a.waitFor(t, "its first rounds, and work running", func(w *worker) bool {
+		return w.count("load ok ") >= deployRounds && w.running() > 0
+	})
+	migrated := c.migrations(t)
+
+	refused := c.launch(t, "new-refused", os.Args[0])
+	<-refused.exited
+	require.Zero(t, refused.count("ready"))
+	require.Contains(t, strings.Join(refused.logs, "\n"), "replica(s) old are live in schema",
+		"this release says why it does not migrate")
+	require.Equal(t, migrated, c.migrations(t), "and migrates nothing")
+
+	a.signal(t, syscall.SIGKILL)
+	<-a.exited
+	for stale := false; !stale; time.Sleep(100 * time.Millisecond) { // a poll: nothing announces staleness
+		replicas, err := c.store.Replicas(context.Background())
+		require.NoError(t, err)
+		stale = len(replicas) == 1 && replicas[0].Stale
+	}
+	b := c.startBinary(t, "new", os.Args[0])
+	b.waitFor(t, "its rounds", func(w *worker) bool { return w.count("load ok ") >= deployRounds })
+
+	late := c.launch(t, "old-late", old)
+	<-late.exited
+	require.Zero(t, late.count("ready"))
+	require.Contains(t, strings.Join(late.logs, "\n"), persistence.ErrReleaseRetired.Error(),
+		"the previous release refuses the migrated schema")
+
+	b.stop(t)
+	require.Zero(t, b.count("load error "), "replica of this release: %v", b.errors())
+	// What the stop left to run, a replica of this release drains.
+	c.cfg.Clients, c.cfg.ServeLoad = 0, true
+	c.start(t, "drain")
+	c.auditLoad(t)
+	var abandoned []persistence.Computation
+	require.NoError(t, c.store.DB().NewRaw(c.q(`SELECT id, replica_id, error FROM ?.computations WHERE state = 'ABANDONED'`)).
+		Scan(context.Background(), &abandoned))
+	for _, a := range abandoned {
+		require.Equal(t, "old", *a.ReplicaID, "only the killed replica's attempts were abandoned")
+		require.Equal(t, persistence.ReasonReplica("old"), *a.Error)
 	}
 }
 
@@ -128,15 +143,16 @@ func (w *worker) errors() []string {
 
 // auditLoad waits until no attempt is left to run, then checks, from the database, that every
 // execution of the load graph whose inputs are set has its final value, and that each node
-// succeeded once. A stop may come between a client's Start and its Set.
+// succeeded once, and that none failed. A stop may come between a client's Start and its Set.
 func (c *cluster) auditLoad(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	c.waitDone(t, 1, time.Minute)
 	var executions, done int
-	err := c.store.DB().QueryRowContext(ctx, c.q(`SELECT count(*), count(d.node) FROM ?.executions e
-		JOIN ?."values" b ON b.execution_id = e.id AND b.node = 'b'
-		LEFT JOIN ?."values" d ON d.execution_id = e.id AND d.node = 'double' WHERE e.graph_name = 'load'`)).Scan(&executions, &done)
+	err := c.store.DB().QueryRowContext(ctx, c.q(`SELECT count(*), count(d.value) FROM ?.executions e
+		JOIN ?.nodes b ON b.execution_id = e.id AND b.node = 'b' AND b.value IS NOT NULL
+		LEFT JOIN ?.nodes d ON d.execution_id = e.id AND d.node = 'double' AND d.value IS NOT NULL
+		WHERE e.graph_name = 'load'`)).Scan(&executions, &done)
 	require.NoError(t, err)
 	require.Positive(t, executions)
 	require.Equal(t, executions, done, "every execution of the load graph whose inputs are set has its value")
@@ -148,7 +164,7 @@ func (c *cluster) auditLoad(t *testing.T) {
 	counts, err := c.store.StateCounts(ctx)
 	require.NoError(t, err)
 	for _, state := range []string{persistence.StatePending, persistence.StateAvailable, persistence.StateRunning,
-		persistence.StateFailed, persistence.StateAbandoned} {
+		persistence.StateFailed} {
 		require.Zero(t, counts[state], "attempts %s: %v", state, counts)
 	}
 }

@@ -647,7 +647,7 @@ func (s *soak) auditDoubles(t *testing.T) int {
 		Values      string `bun:"values"`
 	}
 	s.mustQuery(t, &revisions, `SELECT execution_id, node, revision, string_agg(value::text, ', ' ORDER BY id) AS values
-		FROM (SELECT id, execution_id, node, revision, value FROM {s}.value_history WHERE value IS NOT NULL
+		FROM (SELECT hseq AS id, execution_id, node, revision, value FROM {s}.value_history WHERE value IS NOT NULL
 			UNION ALL SELECT history_id, execution_id, node, revision, value FROM {s}."values") h
 		GROUP BY execution_id, node, revision HAVING count(*) > 1`)
 	for _, d := range revisions {

@@ -1,0 +1,550 @@
+package persistence
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+)
+
+// errNothingToDo rolls back a transaction that found its work done by someone else.
+var errNothingToDo = errors.New("nothing to do")
+
+// write runs fn on execution id, locked and loaded, in a transaction that then applies what fn
+// changed (finish); after the commit it fires the OnSave events. before, if not nil, runs first
+// in the same transaction, ahead of the lock.
+func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error,
+	fn func(ctx context.Context, tx *txn, st *execState) error) error {
+	if err := CheckText("execution id", id); err != nil {
+		return err
+	}
+	var done []*execState
+	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
+		if before != nil {
+			if err := t.begin(ctx); err != nil {
+				return err
+			}
+			if err := before(ctx, t); err != nil {
+				return err
+			}
+		}
+		sts, err := s.load(ctx, t, []string{id}, nil, nil)
+		if err != nil {
+			return err
+		}
+		if err := fn(ctx, t, sts[0]); err != nil {
+			return err
+		}
+		s.mark(t, sts)
+		if err := s.finish(ctx, t, sts); err != nil {
+			return err
+		}
+		done = sts
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.committed(ctx, done)
+	return nil
+}
+
+// committed follows the commit of a write: it logs what the rules asked, fires the OnSave
+// events, and promotes what the write could not because the promotion lock was busy.
+func (s *Store) committed(ctx context.Context, sts []*execState) {
+	later := false
+	for _, st := range sts {
+		for _, w := range st.warnings {
+			s.logger.Error(w.msg, w.args...)
+		}
+		s.fireSaved(st)
+		later = later || st.promoteLater
+	}
+	if later {
+		s.promoteAfterCommit(ctx)
+	}
+}
+
+// finish applies what the writes of sts changed: it claims for this replica what they made
+// ready, as far as its dispatcher has room, claims their events, writes their node rows, the
+// values and attempts they replaced, and their executions' cold columns, promotes what they made
+// due, and queues the notifications. The statements go with the COMMIT, one per table for all of
+// sts, but for a write that promotes gated work, whose node rows go first: the promotion reads
+// them. The caller commits and then calls committed.
+func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
+	promote := false
+	for _, st := range sts {
+		s.claimLocally(t, st)
+		st.claimCompletion()
+		promote = promote || st.promote
+	}
+	steps := s.applySteps(t, sts)
+	work := false
+	if promote {
+		if err := t.send(ctx, steps...); err != nil {
+			return err
+		}
+		steps = nil
+		n, err := s.promoteGated(ctx, t, sts[0].now, false)
+		switch {
+		case errors.Is(err, errPromotionBusy):
+			sts[0].promoteLater = !sts[0].promoteByCaller
+		case err != nil:
+			return err
+		}
+		work = n > 0
+	}
+	var changed []string
+	for _, st := range sts {
+		work = work || st.work || st.leftAvailable()
+		switch {
+		case st.changed && st.revision != st.exec.Revision:
+			changed = append(changed, st.exec.ID+"@"+strconv.FormatInt(st.revision, 10))
+			if s.handoff != nil {
+				t.handing = append(t.handing, st)
+			}
+		case st.changed:
+			changed = append(changed, st.exec.ID)
+		}
+	}
+	t.notes = append(t.notes, s.payloads(work, changed)...)
+	t.tail = append(t.tail, steps...)
+	return nil
+}
+
+// leftAvailable reports whether the execution has an AVAILABLE attempt after the write: a claim
+// that ran while the write held the execution's row skipped it, and waits for the write's
+// NOTIFY, which must then announce work, though the write made none. A sibling's completion is
+// such a write: without it, attempts beyond the free workers waited for the poll.
+func (st *execState) leftAvailable() bool {
+	for _, c := range st.latest {
+		if c.State == StateAvailable {
+			return true
+		}
+	}
+	return false
+}
+
+// applySteps are the statements that write what the writes of sts changed: their node rows,
+// inserted and updated, the values and attempts they replaced, their executions' cold columns,
+// and the events they claim. A part with nothing to write sends nothing.
+func (s *Store) applySteps(t *txn, sts []*execState) []step {
+	var ins, upd nodeWrites
+	var hist historyWrites
+	var superseded []*Computation
+	var cold coldWrites
+	var events eventWrites
+	for _, st := range sts {
+		top := st.exec.Revision // the greatest revision a row carries
+		for _, node := range slices.Sorted(maps.Keys(st.changes)) {
+			rev := st.changes[node]
+			top = max(top, rev)
+			if st.rows[node] == nil {
+				ins.add(st, node, rev)
+			} else {
+				upd.add(st, node, rev)
+			}
+		}
+		for _, h := range st.history {
+			hist.add(st, h)
+		}
+		superseded = append(superseded, st.superseded...)
+		wake := st.nextWake()
+		if st.cold || st.revision > top || !sameTime(wake, st.exec.WakeAt) {
+			cold.add(st, wake)
+		}
+		for _, e := range st.events {
+			events.add(st, e)
+		}
+	}
+	var steps []step
+	if len(ins.ids) > 0 {
+		steps = append(steps, s.nodeStep(nodeInsertQuery, &ins, sts))
+	}
+	if len(upd.ids) > 0 {
+		steps = append(steps, s.nodeStep(nodeUpdateQuery, &upd, sts))
+	}
+	if len(hist.ids) > 0 {
+		steps = append(steps, step{s.q(historyInsertQuery), hist.args(), nil})
+	}
+	if len(superseded) > 0 {
+		steps = append(steps, step{s.q(attemptsInsertQuery), attemptColumnsOf(superseded), nil})
+	}
+	if len(cold.ids) > 0 {
+		steps = append(steps, step{s.q(coldUpdateQuery), cold.args(s.clock.NowOrNil()), nil})
+	}
+	if len(events.ids) > 0 {
+		steps = append(steps, s.eventsStep(t, &events))
+	}
+	return steps
+}
+
+// nodeWrites are node rows to write, as the columns of nodeInsertQuery and nodeUpdateQuery.
+type nodeWrites struct {
+	lanes                                  []int16
+	ids, nodes, keys                       []string
+	revs                                   []int64
+	changedAts                             []time.Time
+	values, metas                          []*string
+	valueRevs                              []*int64
+	setAts                                 []*time.Time
+	hseqs                                  []int64
+	attemptIDs                             []*int64
+	states                                 []*string
+	attempts, maxAttempts                  []*int
+	replicas, tokens                       []*string
+	runAts, claimedAts, deadlines, beatDLs []*time.Time
+	lastBeats                              []*time.Time
+	abandons, beats                        []*int64
+	sigs, errs, ckeys                      []*string
+	maxParallels                           []*int
+	createdAts, finishedAts, availableAts  []*time.Time
+	traceparents                           []*string
+	claimHere                              []bool
+	states_                                []*execState // the state of each row, for what the statement returns
+}
+
+// add adds node of st, whose row changed last at revision rev.
+func (w *nodeWrites) add(st *execState, node string, rev int64) {
+	w.lanes, w.ids, w.nodes = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.nodes, node)
+	w.keys = append(w.keys, GraphKey(st.exec.GraphName, st.exec.GraphVersion))
+	w.revs, w.changedAts = append(w.revs, rev), append(w.changedAts, st.now)
+	w.states_ = append(w.states_, st)
+	if v, ok := st.values[node]; ok {
+		raw := string(v.Raw)
+		var meta *string
+		if len(v.Metadata) > 0 {
+			m := string(v.Metadata)
+			meta = &m
+		}
+		w.values, w.metas, w.valueRevs = append(w.values, &raw), append(w.metas, meta), append(w.valueRevs, &v.Revision)
+		w.setAts = append(w.setAts, &v.SetAt)
+	} else {
+		w.values, w.metas, w.valueRevs = append(w.values, nil), append(w.metas, nil), append(w.valueRevs, nil)
+		w.setAts = append(w.setAts, nil)
+	}
+	w.hseqs = append(w.hseqs, st.hseqOf[node])
+	c := st.latest[node]
+	if c == nil {
+		w.attemptIDs, w.states, w.attempts, w.maxAttempts = append(w.attemptIDs, nil), append(w.states, nil), append(w.attempts, nil), append(w.maxAttempts, nil)
+		w.replicas, w.tokens, w.runAts, w.claimedAts = append(w.replicas, nil), append(w.tokens, nil), append(w.runAts, nil), append(w.claimedAts, nil)
+		w.deadlines, w.beatDLs, w.lastBeats = append(w.deadlines, nil), append(w.beatDLs, nil), append(w.lastBeats, nil)
+		w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, nil), append(w.beats, nil), append(w.sigs, nil), append(w.errs, nil)
+		w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, nil), append(w.maxParallels, nil), append(w.createdAts, nil)
+		w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, nil), append(w.availableAts, nil), append(w.traceparents, nil)
+		w.claimHere = append(w.claimHere, false)
+		return
+	}
+	sig := c.ComputedWith
+	w.attemptIDs, w.states, w.attempts, w.maxAttempts = append(w.attemptIDs, &c.ID), append(w.states, &c.State), append(w.attempts, &c.Attempt), append(w.maxAttempts, &c.MaxAttempts)
+	w.replicas, w.tokens, w.runAts, w.claimedAts = append(w.replicas, c.ReplicaID), append(w.tokens, c.ClaimToken), append(w.runAts, &c.RunAt), append(w.claimedAts, c.ClaimedAt)
+	w.deadlines, w.beatDLs, w.lastBeats = append(w.deadlines, c.Deadline), append(w.beatDLs, c.HeartbeatDeadline), append(w.lastBeats, c.LastHeartbeatAt)
+	w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, &c.AbandonAfterMS), append(w.beats, &c.HeartbeatTimeoutMS), append(w.sigs, &sig), append(w.errs, c.Error)
+	w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, c.ConcurrencyKey), append(w.maxParallels, c.MaxParallel), append(w.createdAts, &c.CreatedAt)
+	w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, c.FinishedAt), append(w.availableAts, c.AvailableAt), append(w.traceparents, c.Traceparent)
+	w.claimHere = append(w.claimHere, slices.Contains(st.claimed, c))
+}
+
+// args are the arguments of nodeInsertQuery and nodeUpdateQuery, at time now (nil: the
+// statement's).
+func (w *nodeWrites) args(now any) []any {
+	return []any{w.lanes, w.ids, w.nodes, w.keys, w.revs, w.changedAts, w.values, w.metas, w.valueRevs, w.setAts, w.hseqs,
+		w.attemptIDs, w.states, w.attempts, w.maxAttempts, w.replicas, w.tokens, w.runAts, w.claimedAts, w.deadlines, w.beatDLs,
+		w.lastBeats, w.abandons, w.beats, w.sigs, w.errs, w.ckeys, w.maxParallels, w.createdAts, w.finishedAts, w.availableAts,
+		w.traceparents, w.claimHere, now}
+}
+
+// nodeRows is the rows of the node writes $1 to $33, at the time $34: an attempt claimed here
+// (claim_here) is stamped, with its deadlines, at the time of the statement, which goes with the
+// COMMIT, once the write holds its executions' locks (statement_timestamp(), not now(): the
+// transaction began before it waited for them). A write that waited longer than a heartbeat
+// timeout would otherwise commit its attempts already past their heartbeat deadline.
+const nodeRows = `SELECT r.lane, r.execution_id, r.node, r.graph_key, r.rev, r.changed_at, r.value::jsonb, r.metadata::jsonb,
+		r.value_rev, r.set_at, r.hseq, r.attempt_id, r.state, r.attempt, r.max_attempts, r.replica_id, r.claim_token::uuid,
+		r.run_at,
+		CASE WHEN r.claim_here THEN t.at ELSE r.claimed_at END AS claimed_at,
+		CASE WHEN r.claim_here THEN t.at + r.abandon_after_ms * interval '1 millisecond' ELSE r.deadline END AS deadline,
+		CASE WHEN r.claim_here THEN t.at + r.heartbeat_timeout_ms * interval '1 millisecond' ELSE r.heartbeat_deadline END
+			AS heartbeat_deadline,
+		CASE WHEN r.claim_here THEN t.at ELSE r.last_heartbeat_at END AS last_heartbeat_at,
+		r.abandon_after_ms, r.heartbeat_timeout_ms, r.computed_with::jsonb, r.error, r.concurrency_key, r.max_parallel,
+		r.created_at, r.finished_at, r.available_at, r.traceparent
+	FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::text[], $8::text[],
+			$9::bigint[], $10::timestamptz[], $11::bigint[], $12::bigint[], $13::text[], $14::int[], $15::int[], $16::text[],
+			$17::text[], $18::timestamptz[], $19::timestamptz[], $20::timestamptz[], $21::timestamptz[], $22::timestamptz[],
+			$23::bigint[], $24::bigint[], $25::text[], $26::text[], $27::text[], $28::int[], $29::timestamptz[],
+			$30::timestamptz[], $31::timestamptz[], $32::text[], $33::boolean[])
+		AS r(lane, execution_id, node, graph_key, rev, changed_at, value, metadata, value_rev, set_at, hseq, attempt_id, state,
+			attempt, max_attempts, replica_id, claim_token, run_at, claimed_at, deadline, heartbeat_deadline,
+			last_heartbeat_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, error, concurrency_key, max_parallel,
+			created_at, finished_at, available_at, traceparent, claim_here),
+		(SELECT coalesce($34::timestamptz, statement_timestamp()) AS at) t`
+
+// nodeReturning is what the node writes return: the values as PostgreSQL keeps them, and the
+// claims' times.
+const nodeReturning = ` RETURNING n.execution_id, n.node, n.value, n.claimed_at, n.deadline, n.heartbeat_deadline, n.last_heartbeat_at`
+
+// nodeInsertQuery inserts the node rows that the writes make.
+var nodeInsertQuery = `INSERT INTO {s}.nodes AS n (` + strings.Join(nodeColumns, ", ") + `) ` + nodeRows + nodeReturning
+
+// nodeUpdateQuery updates the node rows that the writes change. A row whose attempt runs under the
+// same claim after the write (its value changed, say) keeps the heartbeats that reached it
+// meanwhile: the write loaded it before them.
+var nodeUpdateQuery = `UPDATE {s}.nodes n SET ` + nodeSet + ` FROM (` + nodeRows + `) r
+	WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node` + nodeReturning
+
+// nodeSet sets every column of a node row to r's, but its key.
+var nodeSet = func() string {
+	var b strings.Builder
+	for _, c := range nodeColumns {
+		switch c {
+		case "lane", "execution_id", "node":
+			continue
+		case "heartbeat_deadline", "last_heartbeat_at":
+			fmt.Fprintf(&b, "%s = CASE WHEN n.state = 'RUNNING' AND r.state = 'RUNNING' AND n.claim_token = r.claim_token "+
+				"THEN n.%s ELSE r.%s END, ", c, c, c)
+		default:
+			fmt.Fprintf(&b, "%s = r.%s, ", c, c)
+		}
+	}
+	return strings.TrimSuffix(b.String(), ", ")
+}()
+
+// nodeStep is the statement query of the node writes w, which reads back, into the states, the
+// values as PostgreSQL keeps them (the same JSON, spelled its own way) and the claims' times.
+func (s *Store) nodeStep(query string, w *nodeWrites, sts []*execState) step {
+	return step{s.q(query), w.args(s.clock.NowOrNil()), func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("writing %d node row(s): %w", len(w.ids), err)
+		}
+		type written struct {
+			ExecutionID       string          `db:"execution_id"`
+			Node              string          `db:"node"`
+			Value             json.RawMessage `db:"value"`
+			ClaimedAt         *time.Time      `db:"claimed_at"`
+			Deadline          *time.Time      `db:"deadline"`
+			HeartbeatDeadline *time.Time      `db:"heartbeat_deadline"`
+			LastHeartbeatAt   *time.Time      `db:"last_heartbeat_at"`
+		}
+		got, err := scanAll[written](rows)
+		if err != nil {
+			return fmt.Errorf("writing %d node row(s): %w", len(w.ids), err)
+		}
+		byID := make(map[string]*execState, len(sts))
+		for _, st := range sts {
+			byID[st.exec.ID] = st
+		}
+		for _, r := range got {
+			st := byID[r.ExecutionID]
+			if v, ok := st.values[r.Node]; ok && r.Value != nil {
+				v.Raw = r.Value
+				st.values[r.Node] = v
+			}
+			if c := st.latest[r.Node]; c != nil && slices.Contains(st.claimed, c) {
+				c.ClaimedAt, c.Deadline, c.HeartbeatDeadline, c.LastHeartbeatAt = r.ClaimedAt, r.Deadline, r.HeartbeatDeadline, r.LastHeartbeatAt
+			}
+		}
+		return nil
+	}}
+}
+
+// historyWrites are value_history entries to insert.
+type historyWrites struct {
+	lanes         []int16
+	ids, nodes    []string
+	values, metas []*string
+	revs, hseqs   []int64
+	changedAts    []time.Time
+}
+
+func (w *historyWrites) add(st *execState, h historyRow) {
+	var value, meta *string
+	if h.Value != nil {
+		v := string(h.Value)
+		value = &v
+	}
+	if len(h.Metadata) > 0 {
+		m := string(h.Metadata)
+		meta = &m
+	}
+	w.lanes, w.ids, w.nodes = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.nodes, h.Node)
+	w.values, w.metas, w.revs = append(w.values, value), append(w.metas, meta), append(w.revs, h.Revision)
+	w.hseqs, w.changedAts = append(w.hseqs, h.Hseq), append(w.changedAts, h.ChangedAt)
+}
+
+func (w *historyWrites) args() []any {
+	return []any{w.lanes, w.ids, w.nodes, w.values, w.metas, w.revs, w.hseqs, w.changedAts}
+}
+
+// historyInsertQuery inserts the values replaced and the clearings.
+const historyInsertQuery = `INSERT INTO {s}.value_history (lane, execution_id, node, value, metadata, revision, hseq, changed_at)
+	SELECT lane, execution_id, node, value::jsonb, metadata::jsonb, revision, hseq, changed_at
+	FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::timestamptz[])
+		AS h(lane, execution_id, node, value, metadata, revision, hseq, changed_at)`
+
+// attemptsInsertQuery inserts attempts that later attempts of their node replaced, with the
+// columns attemptColumnsOf gives.
+const attemptsInsertQuery = `INSERT INTO {s}.attempts (lane, execution_id, node, graph_key, attempt_id, state, attempt,
+		max_attempts, replica_id, claim_token, run_at, claimed_at, deadline, heartbeat_deadline, last_heartbeat_at,
+		abandon_after_ms, heartbeat_timeout_ms, computed_with, error, concurrency_key, max_parallel, created_at, finished_at,
+		available_at, traceparent)
+	SELECT lane, execution_id, node, graph_key, attempt_id, state, attempt, max_attempts, replica_id, claim_token::uuid, run_at,
+		claimed_at, deadline, heartbeat_deadline, last_heartbeat_at, abandon_after_ms, heartbeat_timeout_ms,
+		computed_with::jsonb, error, concurrency_key, max_parallel, created_at, finished_at, available_at, traceparent
+	FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::int[], $8::int[], $9::text[],
+			$10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[], $15::timestamptz[],
+			$16::bigint[], $17::bigint[], $18::text[], $19::text[], $20::text[], $21::int[], $22::timestamptz[],
+			$23::timestamptz[], $24::timestamptz[], $25::text[])
+		AS a(lane, execution_id, node, graph_key, attempt_id, state, attempt, max_attempts, replica_id, claim_token, run_at,
+			claimed_at, deadline, heartbeat_deadline, last_heartbeat_at, abandon_after_ms, heartbeat_timeout_ms,
+			computed_with, error, concurrency_key, max_parallel, created_at, finished_at, available_at, traceparent)`
+
+// attemptColumnsOf returns the columns of cs, as attemptsInsertQuery's arguments.
+func attemptColumnsOf(cs []*Computation) []any {
+	n := len(cs)
+	lanes, ids, nodes, keys := make([]int16, n), make([]string, n), make([]string, n), make([]string, n)
+	attemptIDs, states, attempts, maxAttempts := make([]int64, n), make([]string, n), make([]int, n), make([]int, n)
+	replicas, tokens := make([]*string, n), make([]*string, n)
+	runAts, claimedAts, deadlines, beatDLs, lastBeats := make([]time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+	abandons, beats, sigs, errs, ckeys := make([]int64, n), make([]int64, n), make([]string, n), make([]*string, n), make([]*string, n)
+	maxParallels, createdAts, finishedAts, availableAts, traceparents := make([]*int, n), make([]time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*string, n)
+	for i, c := range cs {
+		lanes[i], ids[i], nodes[i], keys[i] = c.Lane, c.ExecutionID, c.Node, c.GraphKey
+		attemptIDs[i], states[i], attempts[i], maxAttempts[i] = c.ID, c.State, c.Attempt, c.MaxAttempts
+		replicas[i], tokens[i] = c.ReplicaID, c.ClaimToken
+		runAts[i], claimedAts[i], deadlines[i], beatDLs[i], lastBeats[i] = c.RunAt, c.ClaimedAt, c.Deadline, c.HeartbeatDeadline, c.LastHeartbeatAt
+		abandons[i], beats[i], sigs[i], errs[i], ckeys[i] = c.AbandonAfterMS, c.HeartbeatTimeoutMS, cmp.Or(c.ComputedWith, "{}"), c.Error, c.ConcurrencyKey
+		maxParallels[i], createdAts[i], finishedAts[i], availableAts[i], traceparents[i] = c.MaxParallel, c.CreatedAt, c.FinishedAt, c.AvailableAt, c.Traceparent
+	}
+	return []any{lanes, ids, nodes, keys, attemptIDs, states, attempts, maxAttempts, replicas, tokens, runAts, claimedAts,
+		deadlines, beatDLs, lastBeats, abandons, beats, sigs, errs, ckeys, maxParallels, createdAts, finishedAts, availableAts,
+		traceparents}
+}
+
+// coldWrites are the executions rows to write: archived_at, failure_phase and wake_at, and the
+// revision of a change that no node row carries (archiving).
+type coldWrites struct {
+	lanes    []int16
+	ids      []string
+	revs     []int64
+	archived []*time.Time
+	phases   []int
+	wakes    []*time.Time
+}
+
+func (w *coldWrites) add(st *execState, wake *time.Time) {
+	w.lanes, w.ids, w.revs = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.revs, st.revision)
+	w.archived, w.phases, w.wakes = append(w.archived, st.exec.ArchivedAt), append(w.phases, st.exec.FailurePhase), append(w.wakes, wake)
+}
+
+func (w *coldWrites) args(now any) []any {
+	return []any{w.lanes, w.ids, w.revs, w.archived, w.phases, w.wakes, now}
+}
+
+// coldUpdateQuery writes the executions' cold columns.
+const coldUpdateQuery = `UPDATE {s}.executions e
+	SET revision = r.revision, updated_at = coalesce($7::timestamptz, now()), archived_at = r.archived_at,
+		failure_phase = r.failure_phase, wake_at = r.wake_at
+	FROM unnest($1::smallint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::int[], $6::timestamptz[])
+		AS r(lane, id, revision, archived_at, failure_phase, wake_at)
+	WHERE e.lane = r.lane AND e.id = r.id`
+
+// eventClaim is a lifecycle event that a write claims: the failure of a phase, or the
+// completion; a failure keeps the nodes that had failed, as JSON.
+type eventClaim struct {
+	Event       string
+	Phase       int
+	FailedNodes string
+}
+
+// eventWrites are the event claims to write.
+type eventWrites struct {
+	lanes                          []int16
+	ids, events, keys, failedNodes []string
+	phases                         []int
+	at                             []time.Time
+}
+
+func (w *eventWrites) add(st *execState, e eventClaim) {
+	w.lanes, w.ids, w.events = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.events, e.Event)
+	w.keys = append(w.keys, fmt.Sprintf("%s:%s:%d", st.exec.ID, e.Event, e.Phase))
+	w.failedNodes, w.phases, w.at = append(w.failedNodes, e.FailedNodes), append(w.phases, e.Phase), append(w.at, st.now)
+}
+
+// eventsStep is the statement that claims the events of w, each once per phase whichever
+// replicas race, and writes the deliveries of those it claims to the outbox: one per target that
+// any replica lists for the event in replica_heartbeats, or that this one can make. If it queued
+// any, the write announces them (PayloadNotice) once committed.
+func (s *Store) eventsStep(t *txn, w *eventWrites) step {
+	return step{s.q(`WITH c AS (
+			INSERT INTO {s}.notification_claims (lane, execution_id, event, phase, idempotency_key, claimed_at, failed_nodes)
+			SELECT lane, execution_id, event, phase, idempotency_key, claimed_at, nullif(failed_nodes, '')::jsonb
+			FROM unnest($1::smallint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::text[])
+				AS c(lane, execution_id, event, phase, idempotency_key, claimed_at, failed_nodes)
+			ON CONFLICT DO NOTHING
+			RETURNING lane, event, idempotency_key, claimed_at),
+		d AS (INSERT INTO {s}.notification_deliveries (lane, idempotency_key, target, next_attempt_at, created_at)
+			SELECT c.lane, c.idempotency_key, substr(r.route, length(c.event) + 2), c.claimed_at, c.claimed_at
+			FROM c, (SELECT unnest(targets) AS route FROM {s}.replica_heartbeats UNION SELECT unnest($8::text[])) AS r
+			WHERE starts_with(r.route, c.event || ' ')
+			ORDER BY c.idempotency_key, r.route
+			RETURNING 1)
+		SELECT count(*) FROM d`), []any{w.lanes, w.ids, w.events, w.phases, w.keys, w.at, w.failedNodes, s.routes},
+		func(br pgx.BatchResults) error {
+			var queued int
+			if err := br.QueryRow().Scan(&queued); err != nil {
+				return fmt.Errorf("claiming %d event(s): %w", len(w.ids), err)
+			}
+			if queued > 0 {
+				t.notes = append(t.notes, PayloadNotice)
+			}
+			return nil
+		}}
+}
+
+// maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.
+const maxPayload = 7900
+
+// payloads returns the NOTIFY payloads of a write: that work is available if work is set, and
+// the changes, in as few payloads as their size allows. A change is an execution id, followed by
+// @ and its new revision when it has one.
+func (s *Store) payloads(work bool, changed []string) []string {
+	var payloads []string
+	if work {
+		payloads = append(payloads, PayloadWork)
+	}
+	var p strings.Builder
+	for len(changed) > 0 {
+		p.Reset()
+		p.WriteString(PayloadExecution)
+		p.WriteString(changed[0])
+		changed = changed[1:]
+		for len(changed) > 0 && p.Len()+1+len(changed[0]) <= maxPayload {
+			p.WriteByte(',')
+			p.WriteString(changed[0])
+			changed = changed[1:]
+		}
+		payloads = append(payloads, p.String())
+	}
+	return payloads
+}
+
+// fireSaved hands the OnSave events of a committed transaction to the runtime.
+func (s *Store) fireSaved(st *execState) {
+	if s.onSave == nil || st == nil {
+		return
+	}
+	for _, e := range st.saved {
+		s.onSave(st.g, e)
+	}
+}

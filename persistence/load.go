@@ -1,0 +1,185 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/telemetry"
+)
+
+// nodeRow is a row of the nodes table: a node of an execution, its value, and its current
+// attempt. A node without a value has ValueRev nil; one that never had an attempt (an input),
+// AttemptID nil.
+type nodeRow struct {
+	Lane        int16     `db:"lane" bun:"lane"`
+	ExecutionID string    `db:"execution_id" bun:"execution_id"`
+	Node        string    `db:"node" bun:"node"`
+	GraphKey    string    `db:"graph_key" bun:"graph_key"`
+	Rev         int64     `db:"rev" bun:"rev"`
+	ChangedAt   time.Time `db:"changed_at" bun:"changed_at"`
+	// The value.
+	Value    json.RawMessage `db:"value" bun:"value"`
+	Metadata json.RawMessage `db:"metadata" bun:"metadata"`
+	ValueRev *int64          `db:"value_rev" bun:"value_rev"`
+	SetAt    *time.Time      `db:"set_at" bun:"set_at"`
+	Hseq     int64           `db:"hseq" bun:"hseq"`
+	// The current attempt.
+	AttemptID          *int64     `db:"attempt_id" bun:"attempt_id"`
+	State              *string    `db:"state" bun:"state"`
+	Attempt            *int       `db:"attempt" bun:"attempt"`
+	MaxAttempts        *int       `db:"max_attempts" bun:"max_attempts"`
+	ReplicaID          *string    `db:"replica_id" bun:"replica_id"`
+	ClaimToken         *string    `db:"claim_token" bun:"claim_token"`
+	RunAt              *time.Time `db:"run_at" bun:"run_at"`
+	ClaimedAt          *time.Time `db:"claimed_at" bun:"claimed_at"`
+	Deadline           *time.Time `db:"deadline" bun:"deadline"`
+	HeartbeatDeadline  *time.Time `db:"heartbeat_deadline" bun:"heartbeat_deadline"`
+	LastHeartbeatAt    *time.Time `db:"last_heartbeat_at" bun:"last_heartbeat_at"`
+	AbandonAfterMS     *int64     `db:"abandon_after_ms" bun:"abandon_after_ms"`
+	HeartbeatTimeoutMS *int64     `db:"heartbeat_timeout_ms" bun:"heartbeat_timeout_ms"`
+	ComputedWith       *string    `db:"computed_with" bun:"computed_with"`
+	Error              *string    `db:"error" bun:"error"`
+	ConcurrencyKey     *string    `db:"concurrency_key" bun:"concurrency_key"`
+	MaxParallel        *int       `db:"max_parallel" bun:"max_parallel"`
+	CreatedAt          *time.Time `db:"created_at" bun:"created_at"`
+	FinishedAt         *time.Time `db:"finished_at" bun:"finished_at"`
+	AvailableAt        *time.Time `db:"available_at" bun:"available_at"`
+	Traceparent        *string    `db:"traceparent" bun:"traceparent"`
+}
+
+// nodeColumns are the columns of nodeRow, in the order of the nodes table.
+var nodeColumns = dbColumns[nodeRow]()
+
+// value is the row's value; the row has one.
+func (r *nodeRow) value() graph.Value {
+	meta := r.Metadata
+	if string(meta) == "null" {
+		meta = nil
+	}
+	return graph.Value{Raw: r.Value, Revision: *r.ValueRev, SetAt: *r.SetAt, Metadata: meta}
+}
+
+// attempt is the row's current attempt, nil if it has none.
+func (r *nodeRow) attempt() *Computation {
+	if r.AttemptID == nil {
+		return nil
+	}
+	return &Computation{
+		ID: *r.AttemptID, Lane: r.Lane, ExecutionID: r.ExecutionID, GraphKey: r.GraphKey, Node: r.Node, State: deref(r.State),
+		Attempt: derefInt(r.Attempt), MaxAttempts: derefInt(r.MaxAttempts), ReplicaID: r.ReplicaID, ClaimToken: r.ClaimToken,
+		RunAt: derefTime(r.RunAt), ClaimedAt: r.ClaimedAt, Deadline: r.Deadline, HeartbeatDeadline: r.HeartbeatDeadline,
+		LastHeartbeatAt: r.LastHeartbeatAt, AbandonAfterMS: derefInt64(r.AbandonAfterMS),
+		HeartbeatTimeoutMS: derefInt64(r.HeartbeatTimeoutMS), ComputedWith: cmpOr(deref(r.ComputedWith), "{}"), Error: r.Error,
+		ConcurrencyKey: r.ConcurrencyKey, MaxParallel: r.MaxParallel, CreatedAt: derefTime(r.CreatedAt),
+		FinishedAt: r.FinishedAt, AvailableAt: r.AvailableAt, Traceparent: r.Traceparent,
+	}
+}
+
+func derefInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func derefInt64(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func derefTime(p *time.Time) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return *p
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// lockedExecution is an executions row locked for writing, with the transaction's time.
+type lockedExecution struct {
+	Execution
+	Now time.Time `bun:"tx_now" db:"tx_now"`
+}
+
+// load locks the executions ids, in (lane, id) order so that two writers of several executions
+// never wait on each other, and reads their node rows, in one round trip (with the BEGIN, if it
+// has not gone), one statement per table whatever the number of executions: the node rows are
+// read by a statement of their own, whose snapshot is taken once the locks are held. before goes
+// ahead of the lock, and then between the lock and the read. It returns the states in the order of
+// the locks; an id may be given twice.
+func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []step) ([]*execState, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	lanes := make([]int16, len(ids))
+	for i, id := range ids {
+		lanes[i] = LaneOf(id)
+	}
+	// (lane, id) order: the order of the primary key, the order every writer locks in.
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if lanes[a] != lanes[b] {
+			return int(lanes[a]) - int(lanes[b])
+		}
+		return strings.Compare(ids[a], ids[b])
+	})
+	sortedIDs, sortedLanes := make([]string, len(ids)), make([]int16, len(ids))
+	for i, j := range order {
+		sortedIDs[i], sortedLanes[i] = ids[j], lanes[j]
+	}
+	var rows []*lockedExecution
+	var nodes []*nodeRow
+	// The locks are taken in the order of the primary key, as every writer takes them. (A pair of
+	// lane = ANY and id = ANY matches no row but those asked for: an id has one lane.)
+	steps := slices.Concat(before, []step{{s.q(`SELECT ` + cols("e", executionColumns) + `, coalesce($1::timestamptz, now()) AS tx_now
+			FROM {s}.executions e WHERE e.lane = ANY($2::smallint[]) AND e.id = ANY($3::text[])
+			ORDER BY e.lane, e.id FOR UPDATE`), []any{s.clock.NowOrNil(), sortedLanes, sortedIDs},
+		collect(&rows)}}, then)
+	err := t.send(ctx, append(steps,
+		step{s.q(`SELECT ` + cols("n", nodeColumns) + ` FROM unnest($1::smallint[], $2::text[]) AS k(lane, id)
+			JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id`), []any{sortedLanes, sortedIDs}, collect(&nodes)},
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("loading executions %s: %w", strings.Join(ids, ", "), err)
+	}
+	if len(rows) < len(ids) {
+		found := make(map[string]bool, len(rows))
+		for _, r := range rows {
+			found[r.ID] = true
+		}
+		for _, id := range sortedIDs {
+			if !found[id] {
+				return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+			}
+		}
+	}
+	byID := make(map[string][]*nodeRow, len(rows))
+	for _, n := range nodes {
+		byID[n.ExecutionID] = append(byID[n.ExecutionID], n)
+	}
+	sts := make([]*execState, len(rows))
+	for i, row := range rows {
+		g, ok := s.Graph(row.GraphName, row.GraphVersion)
+		if !ok {
+			return nil, fmt.Errorf("%w: execution %s belongs to graph %q version %q, which this replica does not serve",
+				ErrUnknownGraph, row.ID, row.GraphName, row.GraphVersion)
+		}
+		sts[i] = newState(row.Execution, g, row.Now, byID[row.ID])
+		sts[i].traceparent = telemetry.Traceparent(ctx)
+	}
+	return sts, nil
+}
