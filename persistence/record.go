@@ -59,12 +59,11 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		var sts []*execState
 		for i, o := range outs {
 			st := byID[o.C.ExecutionID]
-			c := st.latest[o.C.Node]
-			if c == nil || c.State != StateRunning || deref(c.ClaimToken) != deref(o.C.ClaimToken) ||
-				deref(c.ReplicaID) != deref(o.C.ReplicaID) {
+			if !st.holdsClaim(o.C) {
 				lost[i] = fmt.Errorf("%w: computation %d of %q in %s", ErrClaimLost, o.C.ID, o.C.Node, o.C.ExecutionID)
 				continue
 			}
+			c := st.latest[o.C.Node]
 			st.claims = true
 			st.traceparent = telemetry.Traceparent(trace.ContextWithSpanContext(ctx, o.Span))
 			if err := st.recordOne(o); err != nil {

@@ -249,6 +249,14 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 	return c, nil
 }
 
+// holdsClaim reports whether c, a claimed attempt, is still its node's current attempt, RUNNING
+// under the same claim: the fence of its outcome.
+func (st *execState) holdsClaim(c *Computation) bool {
+	cur := st.latest[c.Node]
+	return cur != nil && cur.State == StateRunning && deref(cur.ClaimToken) == deref(c.ClaimToken) &&
+		deref(cur.ReplicaID) == deref(c.ReplicaID)
+}
+
 // recordOne records one fenced outcome o in its execution's state, and advances the execution.
 func (st *execState) recordOne(o Outcome) error {
 	c := st.latest[o.C.Node]

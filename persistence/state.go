@@ -8,11 +8,11 @@ import (
 	"github.com/journey-go/journey/graph"
 )
 
-// This file and advance.go, kinds.go and step.go hold the rules of a write, with no SQL: a write
-// loads its executions' rows under their locks (load), applies its events to each execution's
-// state in memory (advance, recordOne, setValues, archive, retry: the graph's rules), and the
-// state it leaves is the plan, which apply writes in a few set-based statements with the
-// COMMIT. The rules are tested without a database (step_test.go).
+// This file, rules.go and kinds.go hold the rules of a write, with no SQL: a write loads its
+// executions' rows under their locks (load.go), applies its events to each execution's state in
+// memory (setValues, recordOne, abandon, archive, retry: the graph's rules, which advance), and
+// the state it leaves is the plan, which apply.go writes in a few set-based statements with the
+// COMMIT. The rules are tested without a database (rules_test.go).
 
 // execState is an execution loaded for writing: the caller holds the lock on its executions row
 // until the transaction ends. What its write changes is kept here, for apply.

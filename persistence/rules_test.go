@@ -1,0 +1,292 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/journey-go/journey/graph"
+)
+
+// The rules of a write, with no database: rows in, the state the rules leave out. The state is
+// the plan that apply writes: each node row changed (at the revision of its last change), the
+// history of values, the attempts replaced, the events claimed, what to announce.
+
+var ruleNow = time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+
+// noop is the function of the rules' compute nodes, which the rules never call.
+func noop(context.Context, graph.Values) (any, error) { return nil, nil }
+
+// row is a node row, written compactly: "name=\"ada\"@1" is a value set at revision 1; after it,
+// or alone, "RUNNING#2{a:4}/tok" is the current attempt: its state, its number, the upstream
+// revisions it computes with, and its claim token. The row's revision is its last change's.
+func row(t *testing.T, g *graph.Graph, spec string) *nodeRow {
+	t.Helper()
+	node, rest, _ := strings.Cut(spec, " ")
+	r := &nodeRow{Lane: 3, ExecutionID: "E1", GraphKey: GraphKey(g.Name(), g.Version()), ChangedAt: ruleNow.Add(-time.Hour)}
+	if name, value, ok := strings.Cut(node, "="); ok {
+		raw, rev, _ := strings.Cut(value, "@")
+		var n int64
+		_, err := fmt.Sscan(rev, &n)
+		require.NoError(t, err, spec)
+		r.Node, r.Value, r.ValueRev, r.SetAt = name, json.RawMessage(raw), &n, &r.ChangedAt
+		r.Rev = n
+	} else {
+		r.Node = node
+	}
+	if rest = strings.TrimSpace(rest); rest != "" {
+		state, more, _ := strings.Cut(rest, "#")
+		number, more, _ := strings.Cut(more, "{")
+		sig, token, _ := strings.Cut(more, "}")
+		var attempt int
+		_, err := fmt.Sscan(number, &attempt)
+		require.NoError(t, err, spec)
+		computed := signature{}
+		for _, kv := range strings.Split(sig, ",") {
+			if k, v, ok := strings.Cut(kv, ":"); ok {
+				var n int64
+				_, err := fmt.Sscan(v, &n)
+				require.NoError(t, err, spec)
+				computed[k] = n
+			}
+		}
+		n, _ := g.Node(r.Node)
+		id, with, maxAttempts := int64(len(r.Node)*100+attempt), computed.String(), n.Settings().MaxAttempts
+		abandon, beat := n.Settings().AbandonAfter.Milliseconds(), n.Settings().HeartbeatTimeout.Milliseconds()
+		r.AttemptID, r.State, r.Attempt, r.MaxAttempts, r.ComputedWith = &id, &state, &attempt, &maxAttempts, &with
+		r.RunAt, r.CreatedAt, r.AbandonAfterMS, r.HeartbeatTimeoutMS = &r.ChangedAt, &r.ChangedAt, &abandon, &beat
+		if token = strings.TrimPrefix(token, "/"); token != "" {
+			replica := "r1"
+			r.ClaimToken, r.ReplicaID = &token, &replica
+		}
+		for _, v := range computed {
+			r.Rev = max(r.Rev, v+1)
+		}
+	}
+	return r
+}
+
+// loaded is an execution of g as load leaves it, from rows.
+func loaded(t *testing.T, g *graph.Graph, specs ...string) *execState {
+	t.Helper()
+	rows := make([]*nodeRow, len(specs))
+	for i, spec := range specs {
+		rows[i] = row(t, g, spec)
+		if rows[i].ValueRev != nil {
+			rows[i].Hseq = int64(i + 1) // the values' places in the history: in the order given
+		}
+	}
+	e := Execution{ID: "E1", Lane: 3, GraphName: g.Name(), GraphVersion: g.Version(), CreatedAt: ruleNow.Add(-time.Hour)}
+	return newState(e, g, ruleNow, rows)
+}
+
+// plan describes what st changed, compactly: each node row changed, at its revision, with its
+// value and current attempt; the history entries; the attempts replaced; the events claimed.
+func plan(st *execState) []string {
+	var out []string
+	for _, node := range slices.Sorted(func(yield func(string) bool) {
+		for n := range st.changes {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		line := fmt.Sprintf("row %s @%d", node, st.changes[node])
+		if v, ok := st.values[node]; ok {
+			line += fmt.Sprintf(" =%s@%d", v.Raw, v.Revision)
+		}
+		if c := st.latest[node]; c != nil {
+			line += fmt.Sprintf(" %s#%d%s", c.State, c.Attempt, c.ComputedWith)
+			if c.State == StatePending {
+				line += " at+" + c.RunAt.Sub(st.now).String()
+			}
+		}
+		out = append(out, line)
+	}
+	for _, h := range st.history {
+		out = append(out, fmt.Sprintf("history %s =%s@%d", h.Node, h.Value, h.Revision))
+	}
+	for _, c := range st.superseded {
+		out = append(out, fmt.Sprintf("replaced %s %s#%d", c.Node, c.State, c.Attempt))
+	}
+	for _, e := range st.events {
+		out = append(out, "claim "+e.Event)
+	}
+	return out
+}
+
+// 1. A Set makes the first attempt: the value at the next revision, and the attempt of the node
+// it completes, computed with both inputs; work and a change to announce.
+func TestRuleASetMakesTheFirstAttempt(t *testing.T) {
+	g := graph.MustNew("greet", "v1", []graph.Node{
+		graph.Input("name"), graph.Input("email"),
+		graph.Compute("greeting", graph.Needs("name", "email"), noop),
+	})
+	st := loaded(t, g, `name="ada"@1`)
+	rev, err := st.setValues(Setting{ID: "E1", Set: map[string]json.RawMessage{"email": json.RawMessage(`"ada@example.com"`)}})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), rev)
+	require.Equal(t, []string{
+		`row email @2 ="ada@example.com"@2`,
+		`row greeting @2 AVAILABLE#1{"email":2,"name":1}`,
+	}, plan(st))
+	require.True(t, st.work, "work to announce")
+	require.True(t, st.changed, "a change to announce")
+
+	// The same value again changes nothing.
+	st = loaded(t, g, `name="ada"@1`, `email={"a":1,"b":[1.0]}@2`)
+	rev, err = st.setValues(Setting{ID: "E1", Set: map[string]json.RawMessage{"email": json.RawMessage(`{ "b": [1], "a": 1 }`)}})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), rev, "jsonb's equality: keys in any order, 1.0 is 1")
+	require.Empty(t, plan(st))
+}
+
+// 2. Siblings in one batch: an outcome equal to the value keeps the value's revision; a new one
+// takes the next revision; the node downstream of both gets one new attempt, computed with both;
+// an outcome under a token that is no longer the claim's is refused, and changes nothing.
+func TestRuleSiblingsInOneBatch(t *testing.T) {
+	g := graph.MustNew("siblings", "v1", []graph.Node{
+		graph.Input("a"),
+		graph.Compute("b", graph.Needs("a"), noop),
+		graph.Compute("c", graph.Needs("a"), noop),
+		graph.Compute("d", graph.Needs("b", "c"), noop),
+	})
+	st := loaded(t, g, `a=2@5`, `b=10@2 RUNNING#2{a:5}/tb`, `c=20@3 RUNNING#2{a:5}/tc`, `d=30@4 SUCCESS#1{b:2,c:3}`)
+	require.Equal(t, int64(6), st.revision)
+	b, c := st.latest["b"], st.latest["c"]
+	old := *c
+	stale := "t-old"
+	old.ClaimToken = &stale
+	require.False(t, st.holdsClaim(&old), "the old token's outcome is refused")
+
+	for _, o := range []Outcome{
+		{C: b, Result: json.RawMessage(`10`), Used: map[string]int64{"a": 5}},
+		{C: c, Result: json.RawMessage(`21`), Used: map[string]int64{"a": 5}},
+	} {
+		require.True(t, st.holdsClaim(o.C))
+		require.NoError(t, st.recordOne(o))
+	}
+	require.Equal(t, []string{
+		`row b @7 =10@2 SUCCESS#2{"a":5}`,
+		`row c @8 =21@8 SUCCESS#2{"a":5}`,
+		`row d @8 =30@4 AVAILABLE#1{"b":2,"c":8}`,
+		`history c =20@3`,
+		`replaced d SUCCESS#1`,
+	}, plan(st))
+	require.False(t, st.holdsClaim(c), "a recorded outcome holds its claim no more")
+}
+
+// 3. Retry, then fail: the first failure makes attempt #2 PENDING for the backoff, the first in
+// the attempts' history; the second fails the node, and claims the execution's failure.
+func TestRuleRetryThenFail(t *testing.T) {
+	g := graph.MustNew("retry", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("n", graph.Needs("x"), noop, graph.MaxAttempts(2),
+			graph.Backoff(func(int) time.Duration { return 30 * time.Second })),
+	})
+	st := loaded(t, g, `x=1@1`, `n RUNNING#1{x:1}/t1`)
+	require.NoError(t, st.recordOne(Outcome{C: st.latest["n"], Err: errors.New("boom")}))
+	require.Equal(t, []string{
+		`row n @3 PENDING#2{"x":1} at+30s`,
+		`replaced n FAILED#1`,
+	}, plan(st))
+
+	st = loaded(t, g, `x=1@1`, `n RUNNING#2{x:1}/t2`)
+	require.NoError(t, st.recordOne(Outcome{C: st.latest["n"], Err: errors.New("boom again")}))
+	require.Equal(t, []string{
+		`row n @3 FAILED#2{"x":1}`,
+		`claim ` + EventFailed,
+	}, plan(st))
+	require.Equal(t, "boom again", *st.latest["n"].Error)
+}
+
+// An upstream value cleared clears what was computed from it, each clearing in the history at a
+// revision of its own, and the node that read it has no attempt left to run.
+func TestRuleUnsetClearsDownstream(t *testing.T) {
+	g := graph.MustNew("clear", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), noop),
+		graph.Compute("z", graph.Needs("y"), noop),
+	})
+	st := loaded(t, g, `x=1@1`, `y=2@2 SUCCESS#1{x:1}`, `z=3@3 SUCCESS#1{y:2}`)
+	rev, err := st.setValues(Setting{ID: "E1", Unset: []string{"x"}})
+	require.NoError(t, err)
+	require.Equal(t, int64(6), rev, "the revision after the write, its clearings included")
+	require.Equal(t, []string{
+		`row x @4`,
+		`row y @5 SUCCESS#1{"x":1}`,
+		`row z @6 SUCCESS#1{"y":2}`,
+		`history x =1@1`, `history x =@4`,
+		`history y =2@2`, `history y =@5`,
+		`history z =3@3`, `history z =@6`,
+	}, plan(st))
+	require.Equal(t, []int64{1, 4, 2, 5, 3, 6}, []int64{st.history[0].Hseq, st.history[1].Hseq, st.history[2].Hseq,
+		st.history[3].Hseq, st.history[4].Hseq, st.history[5].Hseq}, "each entry in its place: a value, then its clearing")
+	require.Equal(t, map[string]int64{"x": 4, "y": 5, "z": 6}, st.hseqOf, "a row keeps the place of its clearing")
+}
+
+// One batch of k outcomes leaves the values and revisions that k writes of one outcome each leave;
+// an attempt that an outcome of the batch makes, a later one makes again, before anyone sees it.
+func TestRuleABatchIsItsOutcomesOneByOne(t *testing.T) {
+	g := fanOut(4)
+	specs := []string{`x=1@1`, `f1 RUNNING#1{x:1}/t1`, `f2 RUNNING#1{x:1}/t2`, `f3 RUNNING#1{x:1}/t3`, `f4 RUNNING#1{x:1}/t4`}
+	outcome := func(st *execState, node string) Outcome {
+		return Outcome{C: st.latest[node], Result: json.RawMessage(`"` + node + `"`), Used: map[string]int64{"x": 1}}
+	}
+	batch := loaded(t, g, specs...)
+	for _, node := range []string{"f3", "f1", "f4", "f2"} {
+		require.NoError(t, batch.recordOne(outcome(batch, node)))
+	}
+	values := graph.Values{}
+	one := loaded(t, g, specs...)
+	for _, node := range []string{"f3", "f1", "f4", "f2"} {
+		require.NoError(t, one.recordOne(outcome(one, node)))
+		one.made = nil // the next outcome is a write of its own
+		for n, v := range one.values {
+			values[n] = v
+		}
+	}
+	require.Equal(t, one.values, batch.values)
+	require.Equal(t, one.revision, batch.revision)
+	require.Equal(t, one.latest["all"].ComputedWith, batch.latest["all"].ComputedWith, "all needs the four")
+	require.Equal(t, fmt.Sprintf(`{"f1":%d}`, one.values["f1"].Revision), one.latest["either"].ComputedWith,
+		"one by one, either runs with f1, the first of its two in")
+	require.Equal(t, fmt.Sprintf(`{"f1":%d,"f2":%d}`, batch.values["f1"].Revision, batch.values["f2"].Revision),
+		batch.latest["either"].ComputedWith, "in one batch, its attempt is made again with both")
+	require.Empty(t, batch.superseded, "no attempt of the batch's own making is kept as replaced")
+	require.Equal(t, values, one.values)
+}
+
+// jsonEqual follows PostgreSQL's jsonb equality, checked against PostgreSQL itself on pairs that
+// spell the same value differently and pairs that differ slightly.
+func TestJSONEqualIsJsonbEquality(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pairs := [][2]string{
+		{`1`, `1.0`}, {`1`, `1e0`}, {`100`, `1e2`}, {`0.1`, `1e-1`}, {`-0`, `0`}, {`1`, `2`}, {`1.00000000000000000001`, `1`},
+		{`"a"`, `"\u0061"`}, {`"é"`, `"\u00e9"`}, {`"a"`, `"A"`}, {`"\/"`, `"/"`}, {`""`, `null`},
+		{`{"a":1,"b":2}`, `{"b":2,"a":1}`}, {`{"a":1}`, `{"a":1,"a":1}`}, {`{"a":1,"a":2}`, `{"a":2}`}, {`{"a":1}`, `{"a":1,"b":null}`},
+		{`[1,2]`, `[2,1]`}, {`[]`, `{}`}, {`[1.0,{"x":[true]}]`, `[1,{"x":[true]}]`}, {`true`, `"true"`}, {`null`, `null`},
+		{` {"a" : [ 1 , 2 ] } `, `{"a":[1,2]}`}, {`12345678901234567890`, `12345678901234567890.0`}, {`1e400`, `1e400`},
+	}
+	for i := range 200 { // generated: numbers written in several ways, keys in several orders
+		n := float64(i*37%1000) / 8
+		pairs = append(pairs, [2]string{
+			fmt.Sprintf(`{"n":%g,"k%d":[%d,"s"]}`, n, i%7, i),
+			fmt.Sprintf(`{"k%d":[%d.0,"s"],"n":%s}`, (i+i/50)%7, i, strings.TrimSuffix(fmt.Sprintf("%.6f", n), "0")),
+		})
+	}
+	ctx := context.Background()
+	for _, p := range pairs {
+		var want bool
+		require.NoError(t, b.db.NewRaw("SELECT ?::jsonb = ?::jsonb", p[0], p[1]).Scan(ctx, &want), "%s, %s", p[0], p[1])
+		require.Equal(t, want, jsonEqual([]byte(p[0]), []byte(p[1])), "%s = %s", p[0], p[1])
+	}
+}
