@@ -2,7 +2,6 @@ package persistence
 
 import (
 	"encoding/json"
-	"maps"
 	"strconv"
 	"time"
 
@@ -31,24 +30,6 @@ func tickTime(v graph.Value) (t time.Time, ok bool) {
 
 func isTick(n graph.Node) bool {
 	return n.Kind() == graph.KindTickOnce || n.Kind() == graph.KindTickRecurring
-}
-
-// dueOf is vals, values of the execution with the same ticks, as dueView sees them: vals itself
-// if every tick in it is due.
-func dueOf(st *execState, vals graph.Values) graph.Values {
-	var due graph.Values
-	for name := range vals {
-		if n, _ := st.g.Node(name); isTick(n) && !st.tickDue(name) {
-			if due == nil {
-				due = maps.Clone(vals)
-			}
-			delete(due, name)
-		}
-	}
-	if due == nil {
-		return vals
-	}
-	return due
 }
 
 func sameTime(a, b *time.Time) bool {
