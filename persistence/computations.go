@@ -101,7 +101,8 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 					FROM unnest($1::smallint[], $2::text[], $3::text[], $4::uuid[]) AS c(lane, execution_id, node, token)),
 				b AS (SELECT e.lane, e.id, greatest(e.revision,
 						(SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = e.lane AND m.execution_id = e.id)) AS base
-					FROM {s}.executions e WHERE e.lane = ANY($1::smallint[]) AND e.id = ANY($2::text[])),
+					FROM (SELECT DISTINCT lane, execution_id FROM c) k
+					JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.execution_id),
 				t AS (SELECT coalesce($6::timestamptz, statement_timestamp()) AS now)
 				UPDATE {s}.nodes n
 				SET state = 'RUNNING', replica_id = $5, claim_token = c.token, claimed_at = t.now,
@@ -113,8 +114,8 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 					AND b.lane = c.lane AND b.id = c.execution_id
 				RETURNING ` + attemptColumns),
 				[]any{lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil()}, collect(&claimed)},
-			step{s.q(`SELECT n.lane, n.execution_id, ` + claimedValuesColumns + ` FROM {s}.nodes n
-				WHERE n.lane = ANY($1::smallint[]) AND n.execution_id = ANY($2::text[]) AND n.value_rev IS NOT NULL
+			step{s.q(`SELECT n.lane, n.execution_id, ` + claimedValuesColumns + ` FROM ` + executionKeys("$1", "$2") + ` k
+				JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id WHERE n.value_rev IS NOT NULL
 				GROUP BY n.lane, n.execution_id`), []any{lanes, ids}, collect(&values)})
 		if err != nil {
 			return err
@@ -336,8 +337,8 @@ func (s *Store) releaseTokens(ctx context.Context, replicaID string, ids, tokens
 	for i, id := range ids {
 		lanes[i] = LaneOf(id)
 	}
-	return s.release(ctx, replicaID, lanes, ids, `WHERE n.lane = ANY(?::smallint[]) AND n.execution_id = ANY(?::text[])
-		AND n.claim_token = ANY(?::uuid[]) AND`, lanes, ids, tokens)
+	return s.release(ctx, replicaID, lanes, ids, `FROM `+executionKeys("?", "?")+` k
+		WHERE n.lane = k.lane AND n.execution_id = k.id AND n.claim_token = ANY(?::uuid[]) AND`, lanes, ids, tokens)
 }
 
 // ReleaseReplica hands every claim that replicaID holds back to AVAILABLE, as Release does, once
@@ -362,7 +363,8 @@ func (s *Store) ReleaseReplica(ctx context.Context, replicaID string) (int, erro
 	for i, h := range held {
 		lanes[i], ids[i] = h.Lane, h.ExecutionID
 	}
-	return s.release(ctx, replicaID, lanes, ids, `WHERE n.lane = ANY(?::smallint[]) AND n.execution_id = ANY(?::text[]) AND`, lanes, ids)
+	return s.release(ctx, replicaID, lanes, ids, `FROM `+executionKeys("?", "?")+` k WHERE n.lane = k.lane AND n.execution_id = k.id AND`,
+		lanes, ids)
 }
 
 // release releases the RUNNING attempts of replicaID that from, a FROM and WHERE with args ending
@@ -371,8 +373,8 @@ func (s *Store) ReleaseReplica(ctx context.Context, replicaID string) (int, erro
 func (s *Store) release(ctx context.Context, replicaID string, lanes []int16, ids []string, from string, args ...any) (int, error) {
 	var released []int64
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		_, err := tx.NewRaw(s.q(`SELECT 1 FROM {s}.executions WHERE lane = ANY(?::smallint[]) AND id = ANY(?::text[])
-			ORDER BY lane, id FOR UPDATE`), pgdialect.Array(lanes), pgdialect.Array(ids)).Exec(ctx)
+		_, err := tx.NewRaw(s.q(`SELECT 1 FROM `+executionKeys("?", "?")+` k JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id
+			ORDER BY e.lane, e.id FOR UPDATE OF e`), pgdialect.Array(lanes), pgdialect.Array(ids)).Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("locking executions %s: %w", strings.Join(ids, ", "), err)
 		}

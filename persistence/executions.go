@@ -274,8 +274,8 @@ func (s *Store) insertSteps(ins *inserts) []step {
 				RETURNING ` + cols("", executionColumns) + `)
 		SELECT ` + cols("", executionColumns) + `, true AS made FROM made
 		UNION ALL
-		SELECT ` + s.executionRead("x") + `, false FROM {s}.executions x
-		WHERE x.lane = ANY($1::smallint[]) AND x.id = ANY($2::text[]) AND x.id NOT IN (SELECT id FROM made)`),
+		SELECT ` + s.executionRead("x") + `, false FROM ` + executionKeys("$1", "$2") + ` k
+		JOIN {s}.executions x ON x.lane = k.lane AND x.id = k.id WHERE x.id NOT IN (SELECT id FROM made)`),
 		[]any{lanes, ids, names, versions, keys, s.clock.NowOrNil()}, collect(&ins.rows)}}
 	if ins.keys == nil {
 		return steps
@@ -528,8 +528,8 @@ func (s *Store) valuesOf(ctx context.Context, db bun.IDB, ids []string) (map[str
 		lanes[i] = LaneOf(id)
 	}
 	var rows []*nodeRow
-	err := db.NewRaw(s.q(`SELECT `+cols("n", nodeColumns)+` FROM {s}.nodes n
-		WHERE n.lane = ANY(?::smallint[]) AND n.execution_id = ANY(?::text[]) AND n.value_rev IS NOT NULL`),
+	err := db.NewRaw(s.q(`SELECT `+cols("n", nodeColumns)+` FROM `+executionKeys("?", "?")+` k
+		JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id WHERE n.value_rev IS NOT NULL`),
 		pgdialect.Array(lanes), pgdialect.Array(ids)).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("loading values of %s: %w", strings.Join(ids, ", "), err)

@@ -49,6 +49,13 @@ func LaneOf(id string) int16 {
 	return int16((max(hi, 0)*32 + max(lo, 0)) % Lanes)
 }
 
+// executionKeys is a FROM item of the distinct (lane, id) pairs of the arrays lanes and ids (SQL
+// expressions): a join on it finds each execution's rows through the keys that lead with the
+// lane. (lane = ANY(lanes) AND id = ANY(ids) would probe every lane with every id.)
+func executionKeys(lanes, ids string) string {
+	return `(SELECT DISTINCT lane, id FROM unnest(` + lanes + `::smallint[], ` + ids + `::text[]) AS k(lane, id))`
+}
+
 // laneOfKey is the lane of the executions of graph graphName started with key.
 func laneOfKey(graphName, key string) int16 {
 	h := fnv.New32a()

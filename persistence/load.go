@@ -143,11 +143,10 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 	}
 	var rows []*lockedExecution
 	var nodes []*nodeRow
-	// The locks are taken in the order of the primary key, as every writer takes them. (A pair of
-	// lane = ANY and id = ANY matches no row but those asked for: an id has one lane.)
+	// The locks are taken in the order of the primary key, as every writer takes them.
 	steps := slices.Concat(before, []step{{s.q(`SELECT ` + cols("e", executionColumns) + `, coalesce($1::timestamptz, now()) AS tx_now
-			FROM {s}.executions e WHERE e.lane = ANY($2::smallint[]) AND e.id = ANY($3::text[])
-			ORDER BY e.lane, e.id FOR UPDATE`), []any{s.clock.NowOrNil(), sortedLanes, sortedIDs},
+			FROM ` + executionKeys("$2", "$3") + ` k JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id
+			ORDER BY e.lane, e.id FOR UPDATE OF e`), []any{s.clock.NowOrNil(), sortedLanes, sortedIDs},
 		collect(&rows)}}, then)
 	err := t.send(ctx, append(steps,
 		step{s.q(`SELECT ` + cols("n", nodeColumns) + ` FROM unnest($1::smallint[], $2::text[]) AS k(lane, id)

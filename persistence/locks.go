@@ -61,9 +61,9 @@ func (s *Store) recordGaveUp(ctx context.Context, outs []Outcome, err error) err
 func (s *Store) heldBy(ctx context.Context, outs []Outcome) []string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	execs, nodes := make([]string, len(outs)), make([]string, len(outs))
+	lanes, execs, nodes := make([]int16, len(outs)), make([]string, len(outs)), make([]string, len(outs))
 	for i, o := range outs {
-		execs[i], nodes[i] = o.C.ExecutionID, o.C.Node
+		lanes[i], execs[i], nodes[i] = LaneOf(o.C.ExecutionID), o.C.ExecutionID, o.C.Node
 	}
 	var rows []struct {
 		What      string     `bun:"what"`
@@ -74,14 +74,17 @@ func (s *Store) heldBy(ctx context.Context, outs []Outcome) []string {
 	}
 	err := s.db.NewRaw(s.q(`SELECT h.what, a.pid, coalesce(a.state, '') AS state, a.xact_start,
 			coalesce(left(a.query, 200), '') AS query
-		FROM (SELECT 'execution ' || e.id AS what, e.xmax FROM {s}.executions e WHERE e.id = ANY(?::text[])
+		FROM (SELECT 'execution ' || e.id AS what, e.xmax FROM `+executionKeys("?", "?")+` k
+				JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id
 			UNION ALL
 			SELECT 'node ' || c.node || ' of ' || c.execution_id, c.xmax FROM {s}.nodes c
-			JOIN unnest(?::text[], ?::text[]) AS k(id, node) ON c.execution_id = k.id AND c.node = k.node) h
+			JOIN unnest(?::smallint[], ?::text[], ?::text[]) AS k(lane, id, node)
+				ON c.lane = k.lane AND c.execution_id = k.id AND c.node = k.node) h
 		JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = h.xmax AND l.granted
 		JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE a.pid <> pg_backend_pid()
-		ORDER BY h.what`), pgdialect.Array(execs), pgdialect.Array(execs), pgdialect.Array(nodes)).Scan(ctx, &rows)
+		ORDER BY h.what`), pgdialect.Array(lanes), pgdialect.Array(execs), pgdialect.Array(lanes), pgdialect.Array(execs),
+		pgdialect.Array(nodes)).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		s.logger.Debug("finding who holds the rows a write waited for failed", "error", err)
 		return nil

@@ -61,6 +61,9 @@ sessions use the database, since their work would be counted: give bench a datab
 own. row_writes_per_execution is the rows inserted, updated and deleted in bench's schema
 (pg_stat_user_tables), from the first Start to the end, per execution started; a line before
 the final one gives them by table, with the updates that were HOT (wrote no index entry).
+go_cpu_us_per_computation and allocs_per_computation are bench's own process (the replicas and
+the producers, not PostgreSQL): its CPU, user and system, and the heap objects it allocated,
+over the measured time, per computation finished in it.
 heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
 heartbeat interval (-heartbeat), over the measured time: with -hold, which keeps up to -workers
 computations running at once on each replica, it shows what their heartbeats cost, e.g.
@@ -146,6 +149,7 @@ type benchConfig struct {
 	schema        string // empty: a fresh journey_bench_<random>
 	topStatements int
 	cpuProfile    string
+	memProfile    string        // -memprofile
 	hold          time.Duration // how long each measured computation blocks before it returns
 	heartbeat     time.Duration // the compute nodes' heartbeat interval; 0: the graph's default
 	keys          int           // -graph gated: the concurrency keys, x mod keys; 0: no key
@@ -202,6 +206,9 @@ func runBench(ctx context.Context, env *environment, args []string) int {
 	b := &benchmark{cfg: cfg, env: env, url: dbURL, nodes: benchShapes[cfg.shape],
 		logger: slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), progressed: make(chan struct{}, 1)}
 	res, err := b.run(ctx)
+	if err == nil && cfg.memProfile != "" {
+		err = writeHeapProfile(cfg.memProfile)
+	}
 	if err != nil {
 		fmt.Fprintf(env.stderr, "journey bench: %v\n", err)
 		return 1
@@ -237,6 +244,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		"sweepers delete it while they are measured; 0 to compare")
 	fs.StringVar(&cfg.schema, "schema", "", "the `schema` to create, work in and drop; it must not exist (default journey_bench_<random>)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (this process: the replicas and producers) to `file`")
+	fs.StringVar(&cfg.memProfile, "memprofile", "", "write the allocations of the run (this process) to `file`, as a heap profile")
 	fs.IntVar(&cfg.topStatements, "top-statements", 0, "print the `N` statements with the most calls per computation, from pg_stat_statements")
 	fs.DurationVar(&cfg.hold, "hold", 0, "make each computation block for this `duration` (or until it is canceled) before it returns, "+
 		"so that up to -workers run at once on each replica")
@@ -370,6 +378,11 @@ type benchResult struct {
 	// computations seen running at once.
 	promotedStart, promotedEnd promotionStats
 	maxRunning                 int64
+	// The bench process's own use over the measured time: its CPU (user and system, from its
+	// rusage; -1 if unknown) and the objects it allocated. It runs the replicas and producers,
+	// not PostgreSQL.
+	goCPU  time.Duration
+	allocs uint64
 }
 
 func (r benchResult) line(cfg benchConfig) string {
@@ -401,10 +414,18 @@ func (r benchResult) line(cfg benchConfig) string {
 		}
 		writes = fmt.Sprintf("%.2f", float64(n)/float64(r.executions))
 	}
+	goCPU, allocs := na, na
+	if r.computations > 0 {
+		if r.goCPU >= 0 {
+			goCPU = fmt.Sprintf("%.1f", float64(r.goCPU.Microseconds())/float64(r.computations))
+		}
+		allocs = fmt.Sprintf("%.0f", float64(r.allocs)/float64(r.computations))
+	}
 	return fmt.Sprintf("bench: mode=%s graph=%s computations/s=%s p50_ms=%s p99_ms=%s statements_per_computation=%s "+
-		"transactions_per_computation=%s row_writes_per_execution=%s replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
+		"transactions_per_computation=%s row_writes_per_execution=%s go_cpu_us_per_computation=%s allocs_per_computation=%s "+
+		"replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
 		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d heartbeat_statements_per_interval=%s keyed=%t",
-		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions), writes,
+		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions), writes, goCPU, allocs,
 		cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
 		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats, cfg.keyed) + r.gatedFields(cfg)
 }
@@ -484,6 +505,7 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	if res.promotedStart, err = b.promotions(ctx); err != nil {
 		return res, err
 	}
+	use := processNow()
 	began := time.Now()
 	progressDone := b.printProgress(began)
 	defer progressDone()
@@ -520,6 +542,7 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 		res.promotedEnd, err = b.promotions(ctx)
 	}
 	res.maxRunning = b.maxRunning.Load()
+	res.goCPU, res.allocs = use.since()
 	progressDone()
 	if err != nil {
 		return res, err

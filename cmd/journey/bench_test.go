@@ -22,7 +22,7 @@ import (
 // finalLine is the shape of journey bench's last line: the keys in this order, numbers or n/a,
 // and those of -graph gated after them.
 var finalLine = regexp.MustCompile(`^bench: mode=\S+ graph=\S+ computations/s=\S+ p50_ms=\S+ p99_ms=\S+ ` +
-	`statements_per_computation=\S+ transactions_per_computation=\S+ row_writes_per_execution=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
+	`statements_per_computation=\S+ transactions_per_computation=\S+ row_writes_per_execution=\S+ go_cpu_us_per_computation=\S+ allocs_per_computation=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
 	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+ keyed=(true|false)` +
 	`( keys=\d+ max_parallel=\d+ promotions_per_s=\S+ promote_passes=\S+ promote_pass_ms=\S+ promote_choose_ms_max=\S+ ` +
 	`pending_start=\d+ pending_end=\d+ max_running=\d+)?$`)
@@ -93,6 +93,9 @@ func TestBenchModes(t *testing.T) {
 				"every computation of every execution started was saved")
 			require.Equal(t, "0", fields["failed"])
 			require.Equal(t, "0", fields["unfinished"], "every execution started has finished, by the database")
+			// The process worked, and allocated, to finish them.
+			require.Positive(t, number(t, fields, "go_cpu_us_per_computation"))
+			require.Positive(t, number(t, fields, "allocs_per_computation"))
 			if tc.mode == "drain" {
 				require.Equal(t, executions*float64(tc.perExecution), number(t, fields, "backlog_start"))
 				require.Equal(t, "0", fields["backlog_end"])

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime/metrics"
+	"runtime/pprof"
+	"syscall"
+	"time"
+)
+
+// processUse is what this process has used so far: its CPU, user and system (-1 if unknown),
+// and the heap objects it has allocated.
+type processUse struct {
+	cpu    time.Duration
+	allocs uint64
+}
+
+func processNow() processUse {
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+	metrics.Read(sample)
+	u := processUse{cpu: -1, allocs: sample[0].Value.Uint64()}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		u.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return u
+}
+
+// since returns the CPU and the allocations used since u.
+func (u processUse) since() (time.Duration, uint64) {
+	now := processNow()
+	cpu := time.Duration(-1)
+	if u.cpu >= 0 && now.cpu >= 0 {
+		cpu = now.cpu - u.cpu
+	}
+	return cpu, now.allocs - u.allocs
+}
+
+// writeHeapProfile writes the process's allocations so far to file.
+func writeHeapProfile(file string) error {
+	f, err := os.Create(file)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		return fmt.Errorf("-memprofile: %w", err)
+	}
+	return nil
+}
