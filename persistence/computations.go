@@ -67,6 +67,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 	}
 	var claimed []*Computation
 	err := s.inTxn(ctx, s.workDB(), func(ctx context.Context, t *txn) error {
+		t.claim = true
 		type picked struct {
 			Lane        int16  `db:"lane"`
 			ExecutionID string `db:"execution_id"`

@@ -8,13 +8,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/telemetry"
 )
 
 // nodeRow is a row of the nodes table: a node of an execution, its value, and its current
-// attempt. A node without a value has ValueRev nil; one that never had an attempt (an input),
-// AttemptID nil.
+// attempt. A node without a value has ValueRev not valid; one that never had an attempt (an
+// input), AttemptID not valid. Its nullable columns are pgtype's values, which pgx scans into
+// without an allocation each.
 type nodeRow struct {
 	Lane        int16     `db:"lane" bun:"lane"`
 	ExecutionID string    `db:"execution_id" bun:"execution_id"`
@@ -23,33 +25,33 @@ type nodeRow struct {
 	Rev         int64     `db:"rev" bun:"rev"`
 	ChangedAt   time.Time `db:"changed_at" bun:"changed_at"`
 	// The value.
-	Value    json.RawMessage `db:"value" bun:"value"`
-	Metadata json.RawMessage `db:"metadata" bun:"metadata"`
-	ValueRev *int64          `db:"value_rev" bun:"value_rev"`
-	SetAt    *time.Time      `db:"set_at" bun:"set_at"`
-	Hseq     int64           `db:"hseq" bun:"hseq"`
+	Value    json.RawMessage    `db:"value" bun:"value"`
+	Metadata json.RawMessage    `db:"metadata" bun:"metadata"`
+	ValueRev pgtype.Int8        `db:"value_rev" bun:"value_rev"`
+	SetAt    pgtype.Timestamptz `db:"set_at" bun:"set_at"`
+	Hseq     int64              `db:"hseq" bun:"hseq"`
 	// The current attempt.
-	AttemptID          *int64     `db:"attempt_id" bun:"attempt_id"`
-	State              *string    `db:"state" bun:"state"`
-	Attempt            *int       `db:"attempt" bun:"attempt"`
-	MaxAttempts        *int       `db:"max_attempts" bun:"max_attempts"`
-	ReplicaID          *string    `db:"replica_id" bun:"replica_id"`
-	ClaimToken         *string    `db:"claim_token" bun:"claim_token"`
-	RunAt              *time.Time `db:"run_at" bun:"run_at"`
-	ClaimedAt          *time.Time `db:"claimed_at" bun:"claimed_at"`
-	Deadline           *time.Time `db:"deadline" bun:"deadline"`
-	HeartbeatDeadline  *time.Time `db:"heartbeat_deadline" bun:"heartbeat_deadline"`
-	LastHeartbeatAt    *time.Time `db:"last_heartbeat_at" bun:"last_heartbeat_at"`
-	AbandonAfterMS     *int64     `db:"abandon_after_ms" bun:"abandon_after_ms"`
-	HeartbeatTimeoutMS *int64     `db:"heartbeat_timeout_ms" bun:"heartbeat_timeout_ms"`
-	ComputedWith       *string    `db:"computed_with" bun:"computed_with"`
-	Error              *string    `db:"error" bun:"error"`
-	ConcurrencyKey     *string    `db:"concurrency_key" bun:"concurrency_key"`
-	MaxParallel        *int       `db:"max_parallel" bun:"max_parallel"`
-	CreatedAt          *time.Time `db:"created_at" bun:"created_at"`
-	FinishedAt         *time.Time `db:"finished_at" bun:"finished_at"`
-	AvailableAt        *time.Time `db:"available_at" bun:"available_at"`
-	Traceparent        *string    `db:"traceparent" bun:"traceparent"`
+	AttemptID          pgtype.Int8        `db:"attempt_id" bun:"attempt_id"`
+	State              pgtype.Text        `db:"state" bun:"state"`
+	Attempt            pgtype.Int4        `db:"attempt" bun:"attempt"`
+	MaxAttempts        pgtype.Int4        `db:"max_attempts" bun:"max_attempts"`
+	ReplicaID          pgtype.Text        `db:"replica_id" bun:"replica_id"`
+	ClaimToken         pgtype.Text        `db:"claim_token" bun:"claim_token"`
+	RunAt              pgtype.Timestamptz `db:"run_at" bun:"run_at"`
+	ClaimedAt          pgtype.Timestamptz `db:"claimed_at" bun:"claimed_at"`
+	Deadline           pgtype.Timestamptz `db:"deadline" bun:"deadline"`
+	HeartbeatDeadline  pgtype.Timestamptz `db:"heartbeat_deadline" bun:"heartbeat_deadline"`
+	LastHeartbeatAt    pgtype.Timestamptz `db:"last_heartbeat_at" bun:"last_heartbeat_at"`
+	AbandonAfterMS     pgtype.Int8        `db:"abandon_after_ms" bun:"abandon_after_ms"`
+	HeartbeatTimeoutMS pgtype.Int8        `db:"heartbeat_timeout_ms" bun:"heartbeat_timeout_ms"`
+	ComputedWith       pgtype.Text        `db:"computed_with" bun:"computed_with"`
+	Error              pgtype.Text        `db:"error" bun:"error"`
+	ConcurrencyKey     pgtype.Text        `db:"concurrency_key" bun:"concurrency_key"`
+	MaxParallel        pgtype.Int4        `db:"max_parallel" bun:"max_parallel"`
+	CreatedAt          pgtype.Timestamptz `db:"created_at" bun:"created_at"`
+	FinishedAt         pgtype.Timestamptz `db:"finished_at" bun:"finished_at"`
+	AvailableAt        pgtype.Timestamptz `db:"available_at" bun:"available_at"`
+	Traceparent        pgtype.Text        `db:"traceparent" bun:"traceparent"`
 }
 
 // nodeColumns are the columns of nodeRow, in the order of the nodes table.
@@ -61,23 +63,46 @@ func (r *nodeRow) value() graph.Value {
 	if string(meta) == "null" {
 		meta = nil
 	}
-	return graph.Value{Raw: r.Value, Revision: *r.ValueRev, SetAt: *r.SetAt, Metadata: meta}
+	return graph.Value{Raw: r.Value, Revision: r.ValueRev.Int64, SetAt: r.SetAt.Time, Metadata: meta}
 }
 
-// attempt is the row's current attempt, nil if it has none.
+// attempt is the row's current attempt, nil if it has none. Its nullable fields point into the
+// row.
 func (r *nodeRow) attempt() *Computation {
-	if r.AttemptID == nil {
+	if !r.AttemptID.Valid {
 		return nil
 	}
-	return &Computation{
-		ID: *r.AttemptID, Lane: r.Lane, ExecutionID: r.ExecutionID, GraphKey: r.GraphKey, Node: r.Node, State: deref(r.State),
-		Attempt: derefInt(r.Attempt), MaxAttempts: derefInt(r.MaxAttempts), ReplicaID: r.ReplicaID, ClaimToken: r.ClaimToken,
-		RunAt: derefTime(r.RunAt), ClaimedAt: r.ClaimedAt, Deadline: r.Deadline, HeartbeatDeadline: r.HeartbeatDeadline,
-		LastHeartbeatAt: r.LastHeartbeatAt, AbandonAfterMS: derefInt64(r.AbandonAfterMS),
-		HeartbeatTimeoutMS: derefInt64(r.HeartbeatTimeoutMS), ComputedWith: cmpOr(deref(r.ComputedWith), "{}"), Error: r.Error,
-		ConcurrencyKey: r.ConcurrencyKey, MaxParallel: r.MaxParallel, CreatedAt: derefTime(r.CreatedAt),
-		FinishedAt: r.FinishedAt, AvailableAt: r.AvailableAt, Traceparent: r.Traceparent,
+	c := &Computation{
+		ID: r.AttemptID.Int64, Lane: r.Lane, ExecutionID: r.ExecutionID, GraphKey: r.GraphKey, Node: r.Node, State: r.State.String,
+		Attempt: int(r.Attempt.Int32), MaxAttempts: int(r.MaxAttempts.Int32), ReplicaID: textOf(&r.ReplicaID),
+		ClaimToken: textOf(&r.ClaimToken), RunAt: r.RunAt.Time, ClaimedAt: timeOf(&r.ClaimedAt), Deadline: timeOf(&r.Deadline),
+		HeartbeatDeadline: timeOf(&r.HeartbeatDeadline), LastHeartbeatAt: timeOf(&r.LastHeartbeatAt),
+		AbandonAfterMS: r.AbandonAfterMS.Int64, HeartbeatTimeoutMS: r.HeartbeatTimeoutMS.Int64,
+		ComputedWith: cmpOr(r.ComputedWith.String, "{}"), Error: textOf(&r.Error), ConcurrencyKey: textOf(&r.ConcurrencyKey),
+		CreatedAt: r.CreatedAt.Time, FinishedAt: timeOf(&r.FinishedAt), AvailableAt: timeOf(&r.AvailableAt),
+		Traceparent: textOf(&r.Traceparent),
 	}
+	if r.MaxParallel.Valid {
+		n := int(r.MaxParallel.Int32)
+		c.MaxParallel = &n
+	}
+	return c
+}
+
+// textOf points at t's string, nil if t is NULL.
+func textOf(t *pgtype.Text) *string {
+	if !t.Valid {
+		return nil
+	}
+	return &t.String
+}
+
+// timeOf points at t's time, nil if t is NULL.
+func timeOf(t *pgtype.Timestamptz) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	return &t.Time
 }
 
 func derefInt(p *int) int {

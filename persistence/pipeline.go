@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/uptrace/bun"
 )
 
@@ -39,6 +41,8 @@ type txn struct {
 	// whose attempts are claimed with them (see Store.claimLocally).
 	reserved int
 	claiming []*execState
+	// claim: the transaction is a Claim, not a write (the Committed hook hears of writes).
+	claim bool
 }
 
 // step is one statement of a batch, and what reads its result; nil read discards it.
@@ -70,7 +74,7 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 		s.handoff.Committing(st.exec.ID, st.revision)
 	}
 	err = t.send(ctx, append(t.tail, step{sql: "COMMIT"})...)
-	if err == nil && s.hooks.Committed != nil {
+	if err == nil && s.hooks.Committed != nil && !t.claim {
 		err = s.hooks.Committed(t.handed())
 	}
 	for _, st := range t.handing {
@@ -162,7 +166,7 @@ func (t *txn) send(ctx context.Context, steps ...step) (err error) {
 		b.Queue("BEGIN")
 	}
 	for _, st := range steps {
-		b.Queue(st.sql, st.args...)
+		b.Queue(st.sql, columns(st.args)...)
 	}
 	br := t.pg.SendBatch(ctx, &b)
 	defer func() {
@@ -296,4 +300,110 @@ func dollars(query string) string {
 		b.WriteString("$" + strconv.Itoa(n))
 	}
 	return b.String()
+}
+
+// column is a slice of a batch's rows, as an array argument, its elements pgtype's values: pgx
+// encodes each through a pointer to it, with no allocation. (Given a slice of Go values, pgx boxes
+// each element, or walks a slice of pointers by reflection: an allocation or more per element, of
+// each of a write's thirty columns.)
+type column[T any] []T
+
+func (c column[T]) Dimensions() []pgtype.ArrayDimension {
+	if c == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(c)), LowerBound: 1}}
+}
+
+func (c column[T]) Index(i int) any { return &c[i] }
+
+func (c column[T]) IndexType() any { return new(T) }
+
+// Value is the column as an array literal, for a parameter whose type pgx does not know (the
+// simple protocol, QueryExecModeExec), which PostgreSQL reads as the type the statement gives it.
+func (c column[T]) Value() (driver.Value, error) {
+	if c == nil {
+		return nil, nil
+	}
+	b := []byte{'{'}
+	for i := range c {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		v, err := any(&c[i]).(driver.Valuer).Value()
+		if err != nil {
+			return nil, err
+		}
+		switch v := v.(type) {
+		case nil:
+			b = append(b, "NULL"...)
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		case bool:
+			b = strconv.AppendBool(b, v)
+		case time.Time:
+			b = strconv.AppendQuote(b, v.Format(time.RFC3339Nano))
+		case string:
+			b = append(b, '"')
+			for _, r := range []byte(v) {
+				if r == '"' || r == '\\' {
+					b = append(b, '\\')
+				}
+				b = append(b, r)
+			}
+			b = append(b, '"')
+		default:
+			return nil, fmt.Errorf("a column of %T", v)
+		}
+	}
+	return string(append(b, '}')), nil
+}
+
+// columns returns args with their slices as columns, NULL for a nil pointer.
+func columns(args []any) []any {
+	out := args
+	for i, a := range args {
+		var c any
+		switch a := a.(type) {
+		case []string:
+			c = convert(a, func(v string) pgtype.Text { return pgtype.Text{String: v, Valid: true} })
+		case []*string:
+			c = convert(a, func(v *string) pgtype.Text { return pgtype.Text{String: deref(v), Valid: v != nil} })
+		case []int16:
+			c = convert(a, func(v int16) pgtype.Int8 { return pgtype.Int8{Int64: int64(v), Valid: true} })
+		case []int:
+			c = convert(a, func(v int) pgtype.Int8 { return pgtype.Int8{Int64: int64(v), Valid: true} })
+		case []*int:
+			c = convert(a, func(v *int) pgtype.Int8 { return pgtype.Int8{Int64: int64(derefInt(v)), Valid: v != nil} })
+		case []int64:
+			c = convert(a, func(v int64) pgtype.Int8 { return pgtype.Int8{Int64: v, Valid: true} })
+		case []*int64:
+			c = convert(a, func(v *int64) pgtype.Int8 { return pgtype.Int8{Int64: derefInt64(v), Valid: v != nil} })
+		case []bool:
+			c = convert(a, func(v bool) pgtype.Bool { return pgtype.Bool{Bool: v, Valid: true} })
+		case []time.Time:
+			c = convert(a, func(v time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: v, Valid: true} })
+		case []*time.Time:
+			c = convert(a, func(v *time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: derefTime(v), Valid: v != nil} })
+		default:
+			continue
+		}
+		if &out[0] == &args[0] {
+			out = slices.Clone(args)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// convert returns the column of the values of vs, as f gives them; nil for nil.
+func convert[V, T any](vs []V, f func(V) T) column[T] {
+	if vs == nil {
+		return nil
+	}
+	c := make(column[T], len(vs))
+	for i, v := range vs {
+		c[i] = f(v)
+	}
+	return c
 }

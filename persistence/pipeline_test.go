@@ -56,3 +56,35 @@ func TestScanAllMapsColumnsByName(t *testing.T) {
 	require.NotNil(t, got, "no rows: an empty slice, as pgx.CollectRows gives")
 	require.Empty(t, got)
 }
+
+// A column reaches PostgreSQL whole, in the binary protocol and as an array literal in the
+// simple one: NULLs, and strings that an array literal must escape.
+func TestColumnsReachPostgreSQLWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	at := time.Date(2026, 11, 27, 12, 0, 0, 123456000, time.UTC)
+	texts := []*string{new(string), nil, ptr(`a "quoted", {braced} \back\slashed`), ptr("NULL"), ptr("é ☃")}
+	ints := []*int64{ptr(int64(-1)), nil, ptr(int64(1) << 40)}
+	times := []*time.Time{&at, nil}
+	flags := []bool{true, false}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+		conn, err := pgx.Connect(ctx, pgtest.URL(t))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		args := columns([]any{texts, ints, times, flags})
+		var gotTexts []*string
+		var gotInts []*int64
+		var gotTimes []*time.Time
+		var gotFlags []bool
+		require.NoError(t, conn.QueryRow(ctx, `SELECT $1::text[], $2::bigint[], $3::timestamptz[], $4::boolean[]`,
+			append([]any{mode}, args...)...).Scan(&gotTexts, &gotInts, &gotTimes, &gotFlags), "mode %v", mode)
+		require.Equal(t, texts, gotTexts, "mode %v", mode)
+		require.Equal(t, ints, gotInts, "mode %v", mode)
+		require.Len(t, gotTimes, 2)
+		require.True(t, at.Equal(*gotTimes[0]), "mode %v: %v", mode, gotTimes[0])
+		require.Nil(t, gotTimes[1])
+		require.Equal(t, flags, gotFlags)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
@@ -36,8 +37,8 @@ func row(t *testing.T, g *graph.Graph, spec string) *nodeRow {
 		var n int64
 		_, err := fmt.Sscan(rev, &n)
 		require.NoError(t, err, spec)
-		r.Node, r.Value, r.ValueRev, r.SetAt = name, json.RawMessage(raw), &n, &r.ChangedAt
-		r.Rev = n
+		r.Node, r.Value, r.Rev = name, json.RawMessage(raw), n
+		r.ValueRev, r.SetAt = pgtype.Int8{Int64: n, Valid: true}, pgtype.Timestamptz{Time: r.ChangedAt, Valid: true}
 	} else {
 		r.Node = node
 	}
@@ -45,7 +46,7 @@ func row(t *testing.T, g *graph.Graph, spec string) *nodeRow {
 		state, more, _ := strings.Cut(rest, "#")
 		number, more, _ := strings.Cut(more, "{")
 		sig, token, _ := strings.Cut(more, "}")
-		var attempt int
+		var attempt int32
 		_, err := fmt.Sscan(number, &attempt)
 		require.NoError(t, err, spec)
 		computed := signature{}
@@ -58,13 +59,16 @@ func row(t *testing.T, g *graph.Graph, spec string) *nodeRow {
 			}
 		}
 		n, _ := g.Node(r.Node)
-		id, with, maxAttempts := int64(len(r.Node)*100+attempt), computed.String(), n.Settings().MaxAttempts
-		abandon, beat := n.Settings().AbandonAfter.Milliseconds(), n.Settings().HeartbeatTimeout.Milliseconds()
-		r.AttemptID, r.State, r.Attempt, r.MaxAttempts, r.ComputedWith = &id, &state, &attempt, &maxAttempts, &with
-		r.RunAt, r.CreatedAt, r.AbandonAfterMS, r.HeartbeatTimeoutMS = &r.ChangedAt, &r.ChangedAt, &abandon, &beat
+		set := n.Settings()
+		at := pgtype.Timestamptz{Time: r.ChangedAt, Valid: true}
+		r.AttemptID = pgtype.Int8{Int64: int64(len(r.Node)*100) + int64(attempt), Valid: true}
+		r.State, r.ComputedWith = pgtype.Text{String: state, Valid: true}, pgtype.Text{String: computed.String(), Valid: true}
+		r.Attempt, r.MaxAttempts = pgtype.Int4{Int32: attempt, Valid: true}, pgtype.Int4{Int32: int32(set.MaxAttempts), Valid: true}
+		r.RunAt, r.CreatedAt = at, at
+		r.AbandonAfterMS = pgtype.Int8{Int64: set.AbandonAfter.Milliseconds(), Valid: true}
+		r.HeartbeatTimeoutMS = pgtype.Int8{Int64: set.HeartbeatTimeout.Milliseconds(), Valid: true}
 		if token = strings.TrimPrefix(token, "/"); token != "" {
-			replica := "r1"
-			r.ClaimToken, r.ReplicaID = &token, &replica
+			r.ClaimToken, r.ReplicaID = pgtype.Text{String: token, Valid: true}, pgtype.Text{String: "r1", Valid: true}
 		}
 		for _, v := range computed {
 			r.Rev = max(r.Rev, v+1)
@@ -79,7 +83,7 @@ func loaded(t *testing.T, g *graph.Graph, specs ...string) *execState {
 	rows := make([]*nodeRow, len(specs))
 	for i, spec := range specs {
 		rows[i] = row(t, g, spec)
-		if rows[i].ValueRev != nil {
+		if rows[i].ValueRev.Valid {
 			rows[i].Hseq = int64(i + 1) // the values' places in the history: in the order given
 		}
 	}

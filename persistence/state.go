@@ -100,7 +100,7 @@ func newState(e Execution, g *graph.Graph, now time.Time, rows []*nodeRow) *exec
 		st.revision = max(st.revision, r.Rev)
 		st.hseq = max(st.hseq, r.Hseq)
 		st.hseqOf[r.Node] = r.Hseq
-		if r.ValueRev != nil {
+		if r.ValueRev.Valid {
 			st.values[r.Node] = r.value()
 		}
 		if c := r.attempt(); c != nil {
