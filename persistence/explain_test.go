@@ -387,6 +387,47 @@ func TestPromotionReadsWhatItPromotesOnStaleStatistics(t *testing.T) {
 	}
 }
 
+// A delivery reads the delivery it takes, not the backlog: with 5,000 due, its statements read a
+// few rows of each table. Joined whole, the backlog's deliveries and claims were hashed and sorted
+// for each delivery (60 ms a delivery with 17,000 due), and a soak's 28,000 never drained.
+func TestDeliveryReadsWhatItDelivers(t *testing.T) {
+	t.Parallel()
+	const due = 5000
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version)
+		SELECT g % 16, 'e-' || g, 'store', 'v1' FROM generate_series(1, ?) g`, due)
+	b.exec(t, `INSERT INTO {s}.notification_claims (lane, execution_id, event, phase, idempotency_key, claimed_at)
+		SELECT g % 16, 'e-' || g, 'execution.completed', 0, 'e-' || g || ':completed', now() - interval '1 hour' + g * interval '1 ms'
+		FROM generate_series(1, ?) g`, due)
+	b.exec(t, `INSERT INTO {s}.notification_deliveries (lane, idempotency_key, target, next_attempt_at, created_at)
+		SELECT lane, idempotency_key, 'handler', claimed_at, claimed_at FROM {s}.notification_claims`)
+	b.exec(t, `ANALYZE {s}.executions, {s}.notification_claims, {s}.notification_deliveries`)
+
+	s, log, explainer := b.tracedStore(t)
+	s.routes = []string{Route{Event: "execution.completed", Target: TargetHandler}.String()}
+	var sent *Notice
+	state, err := s.DeliverOne(ctx, DeliveryPolicy{SendTimeout: time.Second, Backoff: func(int) time.Duration { return time.Second },
+		Horizon: time.Hour}, func(_ context.Context, n *Notice) error { sent = n; return nil })
+	require.NoError(t, err)
+	require.Equal(t, DeliveryDelivered, state)
+	require.Equal(t, "e-1", sent.ExecutionID, "the oldest due")
+	require.Equal(t, "store", sent.GraphName)
+	statements := log.take()
+	require.NotEmpty(t, statements)
+	for _, st := range statements {
+		if strings.HasPrefix(st.sql, "SET ") {
+			continue
+		}
+		raw, plan := explainAnalyze(ctx, t, explainer, st)
+		for _, table := range []string{"notification_deliveries", "notification_claims", "executions"} {
+			read := plan.rowsRead(table)
+			t.Logf("%.0f rows of %s read: %.160s", read, table, oneLine(st.sql))
+			require.LessOrEqual(t, read, 10.0, "a statement of the delivery reads the backlog:\n%s\n%s", st.sql, raw)
+		}
+	}
+}
+
 // explainAnalyze runs st with EXPLAIN ANALYZE, as explain plans it, in a transaction that it
 // rolls back, and returns its plan, in JSON and read.
 func explainAnalyze(ctx context.Context, t *testing.T, conn *pgx.Conn, st statement) (string, planNode) {

@@ -48,7 +48,8 @@ const wakeRetry = time.Minute
 // WakeDue advances up to limit executions of the served graphs whose next tick has come due, each
 // in its own transaction, and returns how many it advanced. Executions being written are skipped:
 // their writer advances them. One execution's failure is logged, and that execution is tried again
-// after wakeRetry; it stops neither the pass nor the others.
+// after wakeRetry; it stops neither the pass nor the others. The database out of reach (see
+// Unreachable) ends the pass with the error, and postpones nothing: the next pass tries again.
 func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 	if len(s.keys) == 0 {
 		return 0, nil
@@ -73,6 +74,9 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 		}
 		if ctx.Err() != nil {
 			return woken, ctx.Err()
+		}
+		if Unreachable(err) { // not this execution's fault: the next pass tries it again
+			return woken, fmt.Errorf("advancing execution %s, whose tick is due: %w", id, err)
 		}
 		s.logger.Error("advancing an execution with a due tick failed; trying it again later", "service", "sweeper",
 			"execution_id", id, "retry_in", wakeRetry, "error", err)

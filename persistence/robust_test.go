@@ -297,32 +297,11 @@ func TestClaimSkipsExecutionsBeingWritten(t *testing.T) {
 // execution whose advance fails stops neither the pass nor the others.
 func TestWakeDueReachesItsOwnTicks(t *testing.T) {
 	t.Parallel()
-	tick := func(name string) *graph.Graph {
-		return graph.MustNew(name, "v1", []graph.Node{
-			graph.Input("start"),
-			graph.TickOnce("t", graph.Needs("start"), func(ctx context.Context, in graph.Values) (time.Time, error) {
-				return time.Time{}, nil
-			}),
-			graph.Historian("h", graph.Needs("start")),
-			graph.Compute("after", graph.Needs("t"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }),
-		})
-	}
-	mine, theirs := tick("mine"), tick("theirs")
+	mine, theirs := tickGraph("mine"), tickGraph("theirs")
 	b := setup(t, mine)
 	other := b.newStore(t, Config{Graphs: []*graph.Graph{theirs}})
 	ctx := context.Background()
-	// due runs an execution's tick, due in a minute.
-	due := func(s *Store, g *graph.Graph) string {
-		e, err := s.CreateExecution(ctx, g)
-		require.NoError(t, err)
-		_, err = s.SetValues(ctx, e.ID, map[string]json.RawMessage{"start": json.RawMessage(`1`)}, nil, nil)
-		require.NoError(t, err)
-		got, err := s.Claim(ctx, "r-"+g.Name(), 1)
-		require.NoError(t, err)
-		require.Len(t, got, 1)
-		require.NoError(t, s.Complete(ctx, got[0], TickValue(b.clock.Now().Add(time.Minute)), nil))
-		return e.ID
-	}
+	due := func(s *Store, g *graph.Graph) string { return b.dueTick(t, s, g) }
 	for range 5 {
 		due(other, theirs) // no replica serving "theirs" is alive
 	}
@@ -342,6 +321,63 @@ func TestWakeDueReachesItsOwnTicks(t *testing.T) {
 	var wake time.Time
 	require.NoError(t, b.db.NewRaw(b.store.q("SELECT wake_at FROM {s}.executions WHERE id = ?"), broken).Scan(ctx, &wake))
 	require.True(t, wake.After(b.clock.Now()), "the broken execution is tried again later, not at the head of every pass")
+}
+
+// tickGraph is a graph whose tick t, once start is set, runs the node after.
+func tickGraph(name string) *graph.Graph {
+	return graph.MustNew(name, "v1", []graph.Node{
+		graph.Input("start"),
+		graph.TickOnce("t", graph.Needs("start"), func(ctx context.Context, in graph.Values) (time.Time, error) {
+			return time.Time{}, nil
+		}),
+		graph.Historian("h", graph.Needs("start")),
+		graph.Compute("after", graph.Needs("t"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }),
+	})
+}
+
+// dueTick starts an execution of g (a tickGraph) on s, and runs its tick, due in a minute.
+func (b *bundle) dueTick(t *testing.T, s *Store, g *graph.Graph) string {
+	t.Helper()
+	ctx := context.Background()
+	e, err := s.CreateExecution(ctx, g)
+	require.NoError(t, err)
+	_, err = s.SetValues(ctx, e.ID, map[string]json.RawMessage{"start": json.RawMessage(`1`)}, nil, nil)
+	require.NoError(t, err)
+	got, err := s.Claim(ctx, "r-"+g.Name(), 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, s.Complete(ctx, got[0], TickValue(b.clock.Now().Add(time.Minute)), nil))
+	return e.ID
+}
+
+// A due tick whose advance finds the database out of reach (here its session is terminated, as a
+// restart does) is not postponed: the pass ends with the error, and the next one advances it. It
+// was put off for a minute, as a broken execution is, and a soak that restarted PostgreSQL found
+// it still waiting after its drain.
+func TestWakeDuePostponesNothingWhileTheDatabaseIsOutOfReach(t *testing.T) {
+	t.Parallel()
+	g := tickGraph("cut")
+	b := setup(t, g)
+	ctx := context.Background()
+	id := b.dueTick(t, b.store, g)
+	b.clock.Advance(2 * time.Minute)
+	b.exec(t, `CREATE FUNCTION {s}.cut() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$`)
+	b.exec(t, `CREATE TRIGGER cut BEFORE INSERT OR UPDATE ON {s}.nodes FOR EACH ROW EXECUTE FUNCTION {s}.cut()`)
+
+	woken, err := b.store.WakeDue(ctx, 10)
+	require.Error(t, err)
+	require.True(t, Unreachable(err), "%v", err)
+	require.Zero(t, woken)
+	var wake time.Time
+	require.NoError(t, b.db.NewRaw(b.store.q("SELECT wake_at FROM {s}.executions WHERE id = ?"), id).Scan(ctx, &wake))
+	require.False(t, wake.After(b.clock.Now()), "the tick is still due, not put off: %v", wake)
+
+	b.exec(t, `DROP TRIGGER cut ON {s}.nodes`)
+	woken, err = b.store.WakeDue(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, woken)
+	require.Equal(t, StateAvailable, b.latest(t, id, "after").State)
 }
 
 // (l) A failed or abandoned attempt whose gate no longer holds is not retried, and does not fail

@@ -3,6 +3,8 @@ package persistence
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -129,6 +131,21 @@ func checkTexts(pairs ...string) error {
 func Refused(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && (strings.HasPrefix(pg.Code, "22") || strings.HasPrefix(pg.Code, "54"))
+}
+
+// Unreachable reports whether err is the database out of reach rather than a statement's failure:
+// a connection that could not be made or was lost (SQLSTATE class 08), or a server shutting down
+// or restarting (class 57, operator intervention). Whatever was tried fails the same way until
+// it is back, and nothing is wrong with it.
+func Unreachable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return strings.HasPrefix(pg.Code, "08") || strings.HasPrefix(pg.Code, "57P")
+	}
+	var connect *pgconn.ConnectError
+	var netErr *net.OpError
+	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF) || pgconn.SafeToRetry(err)
 }
 
 // refusal says, readably, why PostgreSQL refused a write (see Refused).

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -73,6 +75,25 @@ func TestRefused(t *testing.T) {
 		context.DeadlineExceeded: false,
 	} {
 		require.Equal(t, want, Refused(err), "Refused(%v)", err)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	pg := func(code string) error { return fmt.Errorf("writing: %w", &pgconn.PgError{Code: code}) }
+	for err, want := range map[error]bool{
+		pg("08006"): true,  // connection failure
+		pg("57P01"): true,  // admin shutdown
+		pg("57P03"): true,  // cannot connect now
+		pg("55P03"): false, // lock not available
+		pg("22003"): false, // numeric value out of range
+		pg("40P01"): false, // deadlock
+		fmt.Errorf("reading: %w", io.ErrUnexpectedEOF):                                          true,
+		fmt.Errorf("dial: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")}): true,
+		errors.New("plain"):      false,
+		context.DeadlineExceeded: false,
+	} {
+		require.Equal(t, want, Unreachable(err), "Unreachable(%v)", err)
 	}
 }
 
