@@ -92,7 +92,7 @@ example:
 
 FUZZTIME ?= 1m
 FUZZ_TESTS = ./graph:FuzzNew ./graph:FuzzValue ./persistence:FuzzCheckText \
-	./persistence:FuzzCheckValue ./persistence:FuzzParseWhere ./persistence:FuzzParseCursor
+	./persistence:FuzzCheckValue ./persistence:FuzzParseWhere ./persistence:FuzzParseCursor ./persistence:FuzzParseSignature
 
 fuzz:
 	@for t in $(FUZZ_TESTS); do \

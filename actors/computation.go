@@ -219,10 +219,7 @@ func (a *computation) attempt(ctx context.Context) (reason, outcome string, err 
 		}
 		return a.release() // the replica stops
 	}
-	vals, err := a.c.ClaimedValues()
-	if err != nil {
-		return a.record(ctx, err, nil, nil)
-	}
+	vals := a.c.ClaimedValues()
 	used := persistence.Signature(a.node, vals)
 	result, err := a.invoke(ctx, vals)
 	if err != nil {

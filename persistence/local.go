@@ -4,11 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"maps"
 	"slices"
 	"time"
-
-	"github.com/journey-go/journey/graph"
 )
 
 // Local takes the attempts that a caller's write (Start, Set, Unset), or a completion, makes
@@ -130,21 +127,9 @@ func (s *Store) handOver(t *txn, committed bool) {
 	var cs []*Computation
 	for _, st := range t.claiming {
 		for _, c := range st.claimed {
-			c.claimedValues = columnsOf(st.values)
+			c.claimed = st.values
 			cs = append(cs, c)
 		}
 	}
 	s.local.Handed(cs, t.reserved)
-}
-
-// columnsOf returns vals as the columns that Claim returns them in.
-func columnsOf(vals graph.Values) claimedValues {
-	var cv claimedValues
-	for _, node := range slices.Sorted(maps.Keys(vals)) {
-		v := vals[node]
-		cv.ClaimedNodes, cv.ClaimedRaws = append(cv.ClaimedNodes, node), append(cv.ClaimedRaws, v.Raw)
-		cv.ClaimedMetas, cv.ClaimedRevisions = append(cv.ClaimedMetas, v.Metadata), append(cv.ClaimedRevisions, v.Revision)
-		cv.ClaimedSetAts = append(cv.ClaimedSetAts, v.SetAt)
-	}
-	return cv
 }

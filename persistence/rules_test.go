@@ -294,3 +294,21 @@ func TestJSONEqualIsJsonbEquality(t *testing.T) {
 		require.Equal(t, want, jsonEqual([]byte(p[0]), []byte(p[1])), "%s = %s", p[0], p[1])
 	}
 }
+
+// The signatures the rules read, as String and as PostgreSQL's jsonb write them, are read by hand
+// with one allocation (its map), and read as json.Unmarshal reads them.
+func TestParseSignatureReadsTheWrittenFormsByHand(t *testing.T) { // not parallel: AllocsPerRun
+	sig := signature{"x": 1, "upstream": 42, "z": -3}
+	for _, s := range []string{sig.String(), `{"x": 1, "z": -3, "upstream": 42}`} {
+		got, ok := scanSignature(s)
+		require.True(t, ok, s)
+		require.Equal(t, sig, got)
+		require.Equal(t, sig, parseSignature(s))
+		require.LessOrEqual(t, testing.AllocsPerRun(100, func() { parseSignature(s) }), 2.0, s)
+	}
+	for _, s := range []string{"", "null", `{"a\"b": 1}`, `{"x": 1.5}`, `{"x": 1,}`} {
+		_, ok := scanSignature(s)
+		require.False(t, ok, "%q goes to json.Unmarshal", s)
+	}
+	require.Equal(t, signature{`a"b`: 1}, parseSignature(`{"a\"b": 1}`))
+}
