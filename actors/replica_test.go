@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
@@ -38,7 +39,14 @@ func TestFailingReplicaHeartbeatPausesClaiming(t *testing.T) {
 	schema := pgtest.Schema(t)
 	db := pgtest.BunDB(t, pgtest.URL(t))
 	g := graph.MustNew("paused", "v1", []graph.Node{graph.Input("x")})
-	// The schema has no tables yet: every heartbeat fails, as if the database were unreachable.
+	// The table of the heartbeats is gone: every heartbeat fails, as if the database were
+	// unreachable, until it is back. (A schema left unmigrated until then would not do: a
+	// heartbeat written between two migrations would make the row shape's refuse to run.)
+	_, err := migrations.Migrate(context.Background(), db, schema, logger)
+	require.NoError(t, err)
+	heartbeats := pgx.Identifier{schema, "replica_heartbeats"}.Sanitize()
+	_, err = db.ExecContext(context.Background(), "ALTER TABLE "+heartbeats+" RENAME TO gone")
+	require.NoError(t, err)
 	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger})
 	require.NoError(t, err)
 
@@ -87,7 +95,7 @@ func TestFailingReplicaHeartbeatPausesClaiming(t *testing.T) {
 	}
 	waitLogged("replica heartbeat still failing") // the outage outlasts one heartbeat
 
-	_, err = migrations.Migrate(context.Background(), db, schema, logger)
+	_, err = db.ExecContext(context.Background(), "ALTER TABLE "+pgx.Identifier{schema, "gone"}.Sanitize()+" RENAME TO replica_heartbeats")
 	require.NoError(t, err)
 	require.Equal(t, Resume{}, next(), "claiming resumes once the heartbeat succeeds, after one Pause per outage, not one per failed heartbeat")
 	replicas, err := store.Replicas(context.Background())
