@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,23 +133,13 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		for _, c := range claimed {
 			c.claimed = byID[c.ExecutionID]
 		}
-		slices.SortFunc(claimed, func(a, b *Computation) int { return cmpInt64(a.ID, b.ID) })
+		slices.SortFunc(claimed, func(a, b *Computation) int { return cmp.Compare(a.ID, b.ID) })
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming computations: %w", err)
 	}
 	return claimed, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // claimedValue is a value of a claimed computation's execution, as Claim reads it.

@@ -108,10 +108,10 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		err = tx.NewRaw(s.q(`SELECT d.id, d.lane, d.idempotency_key, d.target, d.attempts, d.created_at,
 				c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes, e.graph_name, e.graph_version
 			FROM {s}.notification_deliveries d
-			CROSS JOIN LATERAL (SELECT * FROM {s}.notification_claims c
+			CROSS JOIN LATERAL (SELECT c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes FROM {s}.notification_claims c
 				WHERE c.lane = d.lane AND c.idempotency_key = d.idempotency_key LIMIT 1) c
 			CROSS JOIN LATERAL (SELECT e.graph_name, e.graph_version FROM {s}.executions e
-				WHERE e.lane = c.lane AND e.id = c.execution_id LIMIT 1) e
+				WHERE e.lane = d.lane AND e.id = c.execution_id LIMIT 1) e
 			WHERE d.state = 'PENDING' AND d.next_attempt_at <= ? AND c.event || ' ' || d.target IN (?)
 			ORDER BY d.next_attempt_at, d.id
 			LIMIT 1

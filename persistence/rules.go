@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -586,7 +587,7 @@ func (st *execState) failedNodes() []FailedNode {
 			out = append(out, f)
 		}
 	}
-	slices.SortFunc(out, func(a, b FailedNode) int { return cmpStrings(a.Node, b.Node) })
+	slices.SortFunc(out, func(a, b FailedNode) int { return cmp.Compare(a.Node, b.Node) })
 	return out
 }
 
@@ -621,14 +622,4 @@ func (st *execState) claimCompletion() {
 		}
 	}
 	st.claimEvent(EventCompleted)
-}
-
-func cmpStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
