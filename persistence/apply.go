@@ -216,7 +216,7 @@ type nodeWrites struct {
 // add adds node of st, whose row changed last at revision rev.
 func (w *nodeWrites) add(st *execState, node string, rev int64) {
 	w.lanes, w.ids, w.nodes = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.nodes, node)
-	w.keys = append(w.keys, GraphKey(st.exec.GraphName, st.exec.GraphVersion))
+	w.keys = append(w.keys, st.graphKey())
 	w.revs, w.changedAts = append(w.revs, rev), append(w.changedAts, st.now)
 	w.states_ = append(w.states_, st)
 	if v, ok := st.values[node]; ok {
@@ -244,11 +244,10 @@ func (w *nodeWrites) add(st *execState, node string, rev int64) {
 		w.claimHere = append(w.claimHere, false)
 		return
 	}
-	sig := c.ComputedWith
 	w.attemptIDs, w.states, w.attempts, w.maxAttempts = append(w.attemptIDs, &c.ID), append(w.states, &c.State), append(w.attempts, &c.Attempt), append(w.maxAttempts, &c.MaxAttempts)
 	w.replicas, w.tokens, w.runAts, w.claimedAts = append(w.replicas, c.ReplicaID), append(w.tokens, c.ClaimToken), append(w.runAts, &c.RunAt), append(w.claimedAts, c.ClaimedAt)
 	w.deadlines, w.beatDLs, w.lastBeats = append(w.deadlines, c.Deadline), append(w.beatDLs, c.HeartbeatDeadline), append(w.lastBeats, c.LastHeartbeatAt)
-	w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, &c.AbandonAfterMS), append(w.beats, &c.HeartbeatTimeoutMS), append(w.sigs, &sig), append(w.errs, c.Error)
+	w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, &c.AbandonAfterMS), append(w.beats, &c.HeartbeatTimeoutMS), append(w.sigs, &c.ComputedWith), append(w.errs, c.Error)
 	w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, c.ConcurrencyKey), append(w.maxParallels, c.MaxParallel), append(w.createdAts, &c.CreatedAt)
 	w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, c.FinishedAt), append(w.availableAts, c.AvailableAt), append(w.traceparents, c.Traceparent)
 	w.claimHere = append(w.claimHere, slices.Contains(st.claimed, c))

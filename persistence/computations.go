@@ -44,8 +44,8 @@ var attemptsAsComputations = strings.ReplaceAll(strings.ReplaceAll(attemptColumn
 // (its writer will NOTIFY when it commits), is left for a later claim.
 //
 // It takes two round trips, in one transaction. The first picks the attempts and locks them, and
-// their executions, skipping what is locked. The second, whose snapshot is taken once the locks
-// are held, claims them at the next revisions of their executions (the greatest revision of each
+// their executions, skipping what is locked. The second, which carries the COMMIT and whose
+// snapshot is taken once the locks are held, claims them at the next revisions of their executions (the greatest revision of each
 // execution's rows, which no writer can change while the claim holds its lock), stamps their
 // deadlines from its own time, and reads their executions' values: what a writer committed just
 // before the claim took its lock is in what the function reads, and in the revisions.
@@ -69,6 +69,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		window *= 2
 	}
 	var claimed []*Computation
+	var values []*claimedValue
 	err := s.inTxn(ctx, s.workDB(), func(ctx context.Context, t *txn) error {
 		t.claim = true
 		type picked struct {
@@ -92,8 +93,8 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		for i, p := range picks {
 			lanes[i], ids[i], nodes[i], tokens[i] = p.Lane, p.ExecutionID, p.Node, NewUUID()
 		}
-		var values []*claimedValue
-		err = t.send(ctx,
+		// The claim and the read go with the COMMIT.
+		t.tail = append(t.tail,
 			step{s.q(`WITH c AS (
 					SELECT c.lane, c.execution_id, c.node, c.token::uuid AS token,
 						row_number() OVER (PARTITION BY c.lane, c.execution_id ORDER BY c.node) AS rank
@@ -118,27 +119,24 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 			step{s.q(`SELECT n.execution_id, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM ` +
 				executionKeys("$1", "$2") + ` k JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id
 				WHERE n.value_rev IS NOT NULL`), []any{lanes, ids}, collect(&values)})
-		if err != nil {
-			return err
-		}
-		byID := make(map[string]graph.Values, len(picks))
-		for _, v := range values {
-			vals := byID[v.ExecutionID]
-			if vals == nil {
-				vals = graph.Values{}
-				byID[v.ExecutionID] = vals
-			}
-			vals[v.Node] = v.value()
-		}
-		for _, c := range claimed {
-			c.claimed = byID[c.ExecutionID]
-		}
-		slices.SortFunc(claimed, func(a, b *Computation) int { return cmp.Compare(a.ID, b.ID) })
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming computations: %w", err)
 	}
+	byID := make(map[string]graph.Values, len(claimed))
+	for _, v := range values {
+		vals := byID[v.ExecutionID]
+		if vals == nil {
+			vals = graph.Values{}
+			byID[v.ExecutionID] = vals
+		}
+		vals[v.Node] = v.value()
+	}
+	for _, c := range claimed {
+		c.claimed = byID[c.ExecutionID]
+	}
+	slices.SortFunc(claimed, func(a, b *Computation) int { return cmp.Compare(a.ID, b.ID) })
 	return claimed, nil
 }
 

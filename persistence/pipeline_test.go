@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -55,6 +56,36 @@ func TestScanAllMapsColumnsByName(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, got, "no rows: an empty slice, as pgx.CollectRows gives")
 	require.Empty(t, got)
+}
+
+// A column of few values (a node's name, a state) is read into one string per value, not one per
+// row, and reads what each row holds; a NULL in it is an error, as for any string field.
+func TestScanAllInternsNames(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+
+	type row struct {
+		Node  string `db:"node"`
+		State string `db:"state"`
+		Other string `db:"other"`
+	}
+	rows, err := conn.Query(ctx, `SELECT 'n' || (g % 2) AS node, 'RUNNING' AS state, 'o' || g AS other
+		FROM generate_series(1, 4) g ORDER BY g`)
+	require.NoError(t, err)
+	got, err := scanAll[row](rows)
+	require.NoError(t, err)
+	require.Equal(t, []*row{{"n1", "RUNNING", "o1"}, {"n0", "RUNNING", "o2"}, {"n1", "RUNNING", "o3"}, {"n0", "RUNNING", "o4"}}, got)
+	require.Same(t, unsafe.StringData(got[0].Node), unsafe.StringData(got[2].Node), "one string for one name")
+	require.Same(t, unsafe.StringData(got[0].State), unsafe.StringData(got[3].State))
+
+	rows, err = conn.Query(ctx, `SELECT NULL::text AS node, 'x' AS state, 'y' AS other`)
+	require.NoError(t, err)
+	_, err = scanAll[row](rows)
+	require.ErrorContains(t, err, "NULL")
 }
 
 // A column reaches PostgreSQL whole, in the binary protocol and as an array literal in the

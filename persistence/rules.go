@@ -63,18 +63,20 @@ func (st *execState) setValues(set Setting) (int64, error) {
 // An archived execution gets no new computations; Unarchive advances it again. A gate that panics
 // fails its node, and the others advance as usual.
 func (st *execState) advance() error {
+	order := st.g.Order()
 	for again := true; again; {
 		again = false
 		due := st.dueView()
-		for _, name := range st.g.Order() {
+		for _, name := range order {
 			n, _ := st.g.Node(name)
 			changed, err := st.advanceNode(n, due)
-			var panicked *gatePanic
-			if errors.As(err, &panicked) {
-				err = st.failNode(n, panicked.err)
-			}
 			if err != nil {
-				return err
+				if panicked := (*gatePanic)(nil); errors.As(err, &panicked) {
+					err = st.failNode(n, panicked.err)
+				}
+				if err != nil {
+					return err
+				}
 			}
 			again = again || changed
 		}
@@ -167,7 +169,7 @@ func (st *execState) failNode(n graph.Node, cause error) error {
 	st.warn("user code panicked; the node has failed", "node", n.Name(), "error", cause)
 	msg := storable(cause.Error())
 	st.revision++
-	c := &Computation{ExecutionID: st.exec.ID, GraphKey: GraphKey(st.exec.GraphName, st.exec.GraphVersion), Node: n.Name(),
+	c := &Computation{ExecutionID: st.exec.ID, GraphKey: st.graphKey(), Node: n.Name(),
 		State: StateFailed, Attempt: 1, MaxAttempts: n.Settings().MaxAttempts, RunAt: st.now,
 		AbandonAfterMS: n.Settings().AbandonAfter.Milliseconds(), HeartbeatTimeoutMS: n.Settings().HeartbeatTimeout.Milliseconds(),
 		ComputedWith: sig.String(), Error: &msg, CreatedAt: st.now, FinishedAt: &st.now}
@@ -233,7 +235,7 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 		state = StatePending
 		st.promote = true
 	}
-	c := &Computation{ExecutionID: st.exec.ID, GraphKey: GraphKey(st.exec.GraphName, st.exec.GraphVersion),
+	c := &Computation{ExecutionID: st.exec.ID, GraphKey: st.graphKey(),
 		Node: n.Name(), State: state, Attempt: attempt, MaxAttempts: set.MaxAttempts, RunAt: runAt,
 		AbandonAfterMS: set.AbandonAfter.Milliseconds(), HeartbeatTimeoutMS: set.HeartbeatTimeout.Milliseconds(),
 		ComputedWith: sig.String(), ConcurrencyKey: key, MaxParallel: maxParallel, Error: errText,

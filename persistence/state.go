@@ -19,6 +19,7 @@ import (
 type execState struct {
 	exec   Execution
 	g      *graph.Graph
+	key    string // GraphKey of exec's graph, once graphKey has made it
 	now    time.Time
 	values graph.Values
 	latest map[string]*Computation // the current attempt of each node
@@ -109,6 +110,14 @@ func newState(e Execution, g *graph.Graph, now time.Time, rows []*nodeRow) *exec
 	}
 	st.exec.Revision = st.revision
 	return st
+}
+
+// graphKey is the GraphKey of the execution's graph, made once.
+func (st *execState) graphKey() string {
+	if st.key == "" {
+		st.key = GraphKey(st.exec.GraphName, st.exec.GraphVersion)
+	}
+	return st.key
 }
 
 // touch records that node's row changes at the execution's current revision.

@@ -235,7 +235,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.IntVar(&cfg.keys, "keys", 10, "-graph gated: the number of concurrency keys, x mod `K`; 0: no concurrency key")
 	fs.IntVar(&cfg.maxParallel, "max-parallel", 0, "-graph gated: the node's MaxParallel(`P`); 0: no limit")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "the `number` of replicas (runtimes) in this process")
-	fs.IntVar(&cfg.workers, "workers", journey.DefaultMaxWorkers, "MaxWorkers of each replica")
+	fs.IntVar(&cfg.workers, "workers", riverBenchWorkers, "MaxWorkers of each replica: river bench's number unless set "+
+		"(the runtime's default is "+strconv.Itoa(journey.DefaultMaxWorkers)+")")
 	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n; for -duration, 1 unless set")
 	fs.IntVar(&cfg.backlog, "backlog", 10000, "continuous: the `computations` the producers keep waiting to run")
 	fs.IntVar(&cfg.finishedRows, "finished-rows", 0, "first insert this many finished executions, with their values and computations")
@@ -320,9 +321,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 func startBenchCluster(ctx context.Context, logger *slog.Logger, durable bool) (*devpg.Cluster, error) {
 	var opts []devpg.Option
 	if durable {
-		for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
-			opts = append(opts, devpg.Setting(name, "on"))
-		}
+		opts = durableSettings()
 	}
 	c, err := devpg.Start(ctx, logger, append(opts, devpg.Setting("shared_preload_libraries", "pg_stat_statements"),
 		devpg.Setting("pg_stat_statements.track_planning", "on"))...)
@@ -332,6 +331,19 @@ func startBenchCluster(ctx context.Context, logger *slog.Logger, durable bool) (
 	logger.Warn("PostgreSQL did not start with pg_stat_statements; starting it without, so statement counts are n/a",
 		"error", err)
 	return devpg.Start(ctx, logger, opts...)
+}
+
+// riverBenchWorkers is the MaxWorkers of river bench's queue, and so bench's: the two measure
+// the same way, with the same number of functions running at once.
+const riverBenchWorkers = 2000
+
+// durableSettings are PostgreSQL's durable defaults, which devpg turns off for the tests.
+func durableSettings() []devpg.Option {
+	var opts []devpg.Option
+	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
+		opts = append(opts, devpg.Setting(name, "on"))
+	}
+	return opts
 }
 
 // benchmark is one run of journey bench.
@@ -1146,7 +1158,7 @@ func (b *benchmark) printTopStatements(res benchResult) {
 		return
 	}
 	fmt.Fprintf(b.env.stdout, "bench: the %d statements with the most calls: calls per computation, mean ms executing, "+
-		"mean ms planning (0 unless pg_stat_statements.track_planning is on), statement\n", len(res.topStatements))
+		"ms planning per call (0 unless pg_stat_statements.track_planning is on), statement\n", len(res.topStatements))
 	for _, s := range res.topStatements {
 		fmt.Fprintf(b.env.stdout, "bench:   %7.2f  %7.3f  %7.3f  %s\n",
 			float64(s.calls)/float64(max(res.totalComputations, 1)), s.meanMs, s.planMs, s.query)

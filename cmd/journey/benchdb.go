@@ -273,7 +273,7 @@ func (s benchStats) transactionsSince(base benchStats) int64 {
 // topStatements returns the n statements of this database with the most calls.
 func (m *monitor) topStatements(ctx context.Context, n int) ([]statementCalls, error) {
 	m.txs++
-	rows, err := m.conn.Query(ctx, "SELECT calls, mean_exec_time, mean_plan_time, regexp_replace(query, '\\s+', ' ', 'g') FROM "+
+	rows, err := m.conn.Query(ctx, "SELECT calls, mean_exec_time, total_plan_time / greatest(calls, 1), regexp_replace(query, '\\s+', ' ', 'g') FROM "+
 		m.stats+".pg_stat_statements WHERE dbid = $1 AND query NOT LIKE '%pg_stat%' ORDER BY calls DESC LIMIT $2", m.dbid, n)
 	if err != nil {
 		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)

@@ -21,6 +21,10 @@ With a command, dev starts a throwaway PostgreSQL, runs the command with DATABAS
 TEST_DATABASE_URL set to its URL, stops it, and exits with the command's exit code. If
 DATABASE_URL is already set, dev just runs the command.
 
+With -durable, the PostgreSQL keeps its durable defaults (fsync, synchronous_commit and
+full_page_writes on), as journey bench's does: for a peer's benchmark run beside journey bench
+(journey dev -durable -- river bench ...), on equal terms.
+
 With --ui, dev also migrates -schema and serves the web dashboard of that schema (see journey ui
 -h) while the database runs, on --ui-addr.`
 
@@ -29,6 +33,8 @@ func runDev(ctx context.Context, env *environment, args []string) (code int) {
 	fs := newFlagSet(env, "dev", "[--ui [--ui-addr host:port] [-schema name]] [-- command [args...]]", devDescription)
 	ui := fs.Bool("ui", false, "serve the web dashboard too")
 	schema := fs.String("schema", "journey", "with --ui, the `schema` to migrate and show")
+	durable := fs.Bool("durable", false, "keep PostgreSQL's durable defaults (fsync, synchronous_commit and full_page_writes on) "+
+		"instead of the tests' settings")
 	uf := addUIFlags(fs, "ui-addr")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -52,7 +58,7 @@ func runDev(ctx context.Context, env *environment, args []string) (code int) {
 		return runCommand(env, argv, nil, sigs)
 	}
 
-	cluster, code, ok := startCluster(ctx, env, sigs)
+	cluster, code, ok := startCluster(ctx, env, sigs, *durable)
 	if !ok {
 		return code
 	}
@@ -107,9 +113,9 @@ func devUI(ctx context.Context, env *environment, url, schema string, uf uiFlags
 	return func() { cancel(); <-served }, true
 }
 
-// startCluster starts a cluster, giving up if a signal arrives first. When it returns false,
+// startCluster starts a cluster, durable or tuned for tests, giving up if a signal arrives first. When it returns false,
 // the command should exit with code.
-func startCluster(ctx context.Context, env *environment, sigs <-chan os.Signal) (*devpg.Cluster, int, bool) {
+func startCluster(ctx context.Context, env *environment, sigs <-chan os.Signal, durable bool) (*devpg.Cluster, int, bool) {
 	type result struct {
 		cluster *devpg.Cluster
 		err     error
@@ -118,7 +124,11 @@ func startCluster(ctx context.Context, env *environment, sigs <-chan os.Signal) 
 	defer cancel()
 	started := make(chan result, 1)
 	go func() {
-		c, err := devpg.Start(ctx, env.logger)
+		var opts []devpg.Option
+		if durable {
+			opts = durableSettings()
+		}
+		c, err := devpg.Start(ctx, env.logger, opts...)
 		started <- result{c, err}
 	}()
 
