@@ -10,6 +10,8 @@
 #   make bench-table  issue 23's figures in one table: each run of journey bench three times, on
 #                 a throwaway PostgreSQL each, with the medians and the targets (about 20 minutes;
 #                 scripts/bench-table.sh says how to make it shorter). Not part of test or .ci/run
+#   make bench-river RIVER=path  journey bench beside river bench (a river CLI built by
+#                 ../shared/tools/river.sh), alternated, on durable PostgreSQLs, with the ratios
 #   make chaos    the process tests (SIGKILL, SIGSTOP, restarts) five times over, with their figures
 #   make soak     3 replica processes under load for 10 minutes, with kills, a freeze and a
 #                 PostgreSQL restart, then an audit of the database (`make test` runs 60 seconds
@@ -24,7 +26,7 @@ GO ?= go
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test test-packages test-process lint bench bench-table chaos soak example fuzz
+.PHONY: test test-packages test-process lint bench bench-table bench-river chaos soak example fuzz
 
 # PROCESS_TESTS start replicas as processes of their own (SIGKILL, SIGSTOP, restarts). They run
 # after the other packages, not beside them, so that their processes get the machine's cores:
@@ -79,6 +81,10 @@ bench:
 # Figures, not checks: it prints them beside their targets, and fails only if a run does.
 bench-table:
 	scripts/bench-table.sh
+
+# journey bench beside river bench, alternated, on equal terms (see the script): RIVER=path.
+bench-river:
+	scripts/beside-river.sh
 
 chaos:
 	$(WITH_DB) $(GO) test -race -count=5 -v -timeout 30m -skip '^TestSoak$$' $(PROCESS_TESTS)
