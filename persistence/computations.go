@@ -45,10 +45,11 @@ var attemptsAsComputations = strings.ReplaceAll(strings.ReplaceAll(attemptColumn
 //
 // It takes two round trips, in one transaction. The first picks the attempts and locks them, and
 // their executions, skipping what is locked. The second, which carries the COMMIT and whose
-// snapshot is taken once the locks are held, claims them at the next revisions of their executions (the greatest revision of each
-// execution's rows, which no writer can change while the claim holds its lock), stamps their
-// deadlines from its own time, and reads their executions' values: what a writer committed just
-// before the claim took its lock is in what the function reads, and in the revisions.
+// snapshot is taken once the locks are held, claims them at the next revisions of their
+// executions (the greatest revision of each execution's rows, which no writer can change while
+// the claim holds its lock), stamps their deadlines from its own time, and reads their
+// executions' values: what a writer committed just before the claim took its lock is in what the
+// function reads, and in the revisions.
 //
 // The pick is prepared, and planned once per connection for every limit and every state of the
 // table. Its shape keeps that one plan cheap whatever the statistics say, which in a queue go

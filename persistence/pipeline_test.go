@@ -64,9 +64,7 @@ func TestScanAllInternsNames(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, pgtest.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	conn := planner(t, nil) // a connection of its own
 
 	type row struct {
 		Node  string `db:"node"`

@@ -113,8 +113,8 @@ func devUI(ctx context.Context, env *environment, url, schema string, uf uiFlags
 	return func() { cancel(); <-served }, true
 }
 
-// startCluster starts a cluster, durable or tuned for tests, giving up if a signal arrives first. When it returns false,
-// the command should exit with code.
+// startCluster starts a cluster, durable or tuned for tests, giving up if a signal arrives
+// first. When it returns false, the command should exit with code.
 func startCluster(ctx context.Context, env *environment, sigs <-chan os.Signal, durable bool) (*devpg.Cluster, int, bool) {
 	type result struct {
 		cluster *devpg.Cluster
