@@ -312,3 +312,39 @@ func TestParseSignatureReadsTheWrittenFormsByHand(t *testing.T) { // not paralle
 	}
 	require.Equal(t, signature{`a"b`: 1}, parseSignature(`{"a\"b": 1}`))
 }
+
+// A row whose attempt stays the one loaded, claimed as it was, is written by nodeOutcomeQuery,
+// which leaves the claim's and the heartbeats' columns alone; any other change, a new attempt,
+// a claim, or a moved deadline, writes the whole row.
+func TestRuleKeepsAttempt(t *testing.T) {
+	g := graph.MustNew("keeps", "v1", []graph.Node{
+		graph.Input("a"),
+		graph.Compute("b", graph.Needs("a"), noop),
+		graph.Compute("d", graph.Needs("b"), noop),
+	})
+	load := func() *execState { return loaded(t, g, `a=2@5`, `b=10@2 RUNNING#1{a:5}/tb`, `d=30@4 SUCCESS#1{b:2}`) }
+
+	st := load()
+	require.NoError(t, st.recordOne(Outcome{C: st.latest["b"], Result: json.RawMessage(`11`), Used: map[string]int64{"a": 5}}))
+	require.Equal(t, StateSuccess, st.latest["b"].State)
+	require.True(t, st.keepsAttempt("b"), "an outcome: the value and the attempt's end")
+	require.False(t, st.keepsAttempt("d"), "a new attempt replaces the one loaded")
+	require.True(t, st.keepsAttempt("a"), "an input has no attempt, before or after")
+
+	st = load()
+	st.claimed = append(st.claimed, st.latest["b"])
+	require.False(t, st.keepsAttempt("b"), "claimed by the write: its times are stamped by the statement")
+
+	st = load()
+	later := ruleNow.Add(time.Minute)
+	st.latest["b"].HeartbeatDeadline = &later
+	require.False(t, st.keepsAttempt("b"), "a deadline moved")
+
+	st = load()
+	st.latest["b"].ReplicaID = nil
+	require.False(t, st.keepsAttempt("b"), "released")
+
+	st = load()
+	st.key = GraphKey(g.Name(), "v2")
+	require.False(t, st.keepsAttempt("b"), "moved to another version")
+}

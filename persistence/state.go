@@ -2,8 +2,11 @@ package persistence
 
 import (
 	"encoding/json"
+	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/journey-go/journey/graph"
 )
@@ -118,6 +121,34 @@ func (st *execState) graphKey() string {
 		st.key = GraphKey(st.exec.GraphName, st.exec.GraphVersion)
 	}
 	return st.key
+}
+
+// keepsAttempt reports whether node's row, loaded, keeps its attempt through the write: the same
+// attempt (or none), not claimed by it, with the same claim, deadlines, heartbeats and settings,
+// in the same graph. Such a row changes only in what nodeOutcomeQuery writes.
+func (st *execState) keepsAttempt(node string) bool {
+	r, c := st.rows[node], st.latest[node]
+	switch {
+	case r == nil || r.GraphKey != st.graphKey():
+		return false
+	case c == nil:
+		return !r.AttemptID.Valid
+	case !r.AttemptID.Valid || r.AttemptID.Int64 != c.ID || slices.Contains(st.claimed, c):
+		return false
+	}
+	return int32(c.Attempt) == r.Attempt.Int32 && int32(c.MaxAttempts) == r.MaxAttempts.Int32 &&
+		sameText(c.ReplicaID, r.ReplicaID) && sameText(c.ClaimToken, r.ClaimToken) && sameText(c.ConcurrencyKey, r.ConcurrencyKey) &&
+		sameText(c.Traceparent, r.Traceparent) && sameTime(&c.RunAt, timeOf(&r.RunAt)) && sameTime(c.ClaimedAt, timeOf(&r.ClaimedAt)) &&
+		sameTime(c.Deadline, timeOf(&r.Deadline)) && sameTime(c.HeartbeatDeadline, timeOf(&r.HeartbeatDeadline)) &&
+		sameTime(c.LastHeartbeatAt, timeOf(&r.LastHeartbeatAt)) && sameTime(&c.CreatedAt, timeOf(&r.CreatedAt)) &&
+		sameTime(c.AvailableAt, timeOf(&r.AvailableAt)) && c.AbandonAfterMS == r.AbandonAfterMS.Int64 &&
+		c.HeartbeatTimeoutMS == r.HeartbeatTimeoutMS.Int64 && r.AbandonAfterMS.Valid && r.HeartbeatTimeoutMS.Valid &&
+		(c.MaxParallel == nil) == !r.MaxParallel.Valid && (c.MaxParallel == nil || int32(*c.MaxParallel) == r.MaxParallel.Int32)
+}
+
+// sameText reports whether s and t hold the same text, or are both NULL.
+func sameText(s *string, t pgtype.Text) bool {
+	return (s == nil) == !t.Valid && (s == nil || *s == t.String)
 }
 
 // touch records that node's row changes at the execution's current revision.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # journey bench beside river bench, alternated in rounds, on equal terms: each run on a throwaway
-# PostgreSQL of its own with the durable defaults (fsync, synchronous_commit and full_page_writes
-# on: journey bench's own, and `journey dev -durable` for River), each side with 2,000 workers
-# (river bench's, and journey bench's default). It prints each run's figures and, per round,
+# PostgreSQL of its own, journey bench's (durable defaults: fsync, synchronous_commit and
+# full_page_writes on; pg_stat_statements loaded), River's by `journey dev -durable`; each side
+# with 2,000 workers (river bench's, and journey bench's default). It prints each run's figures and, per round,
 # journey-go's ratio to River. `make bench-river RIVER=/path/to/river` runs it.
 #
 #   RIVER          the river CLI to measure beside (build it with ../shared/tools/river.sh)

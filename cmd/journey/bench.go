@@ -321,7 +321,9 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 func startBenchCluster(ctx context.Context, logger *slog.Logger, durable bool) (*devpg.Cluster, error) {
 	var opts []devpg.Option
 	if durable {
-		opts = durableSettings()
+		for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
+			opts = append(opts, devpg.Setting(name, "on"))
+		}
 	}
 	c, err := devpg.Start(ctx, logger, append(opts, devpg.Setting("shared_preload_libraries", "pg_stat_statements"),
 		devpg.Setting("pg_stat_statements.track_planning", "on"))...)
@@ -336,15 +338,6 @@ func startBenchCluster(ctx context.Context, logger *slog.Logger, durable bool) (
 // riverBenchWorkers is the MaxWorkers of river bench's queue, and so bench's: the two measure
 // the same way, with the same number of functions running at once.
 const riverBenchWorkers = 2000
-
-// durableSettings are PostgreSQL's durable defaults, which devpg turns off for the tests.
-func durableSettings() []devpg.Option {
-	var opts []devpg.Option
-	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
-		opts = append(opts, devpg.Setting(name, "on"))
-	}
-	return opts
-}
 
 // benchmark is one run of journey bench.
 type benchmark struct {

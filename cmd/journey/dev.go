@@ -21,9 +21,9 @@ With a command, dev starts a throwaway PostgreSQL, runs the command with DATABAS
 TEST_DATABASE_URL set to its URL, stops it, and exits with the command's exit code. If
 DATABASE_URL is already set, dev just runs the command.
 
-With -durable, the PostgreSQL keeps its durable defaults (fsync, synchronous_commit and
-full_page_writes on), as journey bench's does: for a peer's benchmark run beside journey bench
-(journey dev -durable -- river bench ...), on equal terms.
+With -durable, the PostgreSQL is journey bench's own: its durable defaults (fsync,
+synchronous_commit and full_page_writes on) and pg_stat_statements loaded. A peer's benchmark
+runs on it beside journey bench on equal terms (journey dev -durable -- river bench ...).
 
 With --ui, dev also migrates -schema and serves the web dashboard of that schema (see journey ui
 -h) while the database runs, on --ui-addr.`
@@ -33,8 +33,8 @@ func runDev(ctx context.Context, env *environment, args []string) (code int) {
 	fs := newFlagSet(env, "dev", "[--ui [--ui-addr host:port] [-schema name]] [-- command [args...]]", devDescription)
 	ui := fs.Bool("ui", false, "serve the web dashboard too")
 	schema := fs.String("schema", "journey", "with --ui, the `schema` to migrate and show")
-	durable := fs.Bool("durable", false, "keep PostgreSQL's durable defaults (fsync, synchronous_commit and full_page_writes on) "+
-		"instead of the tests' settings")
+	durable := fs.Bool("durable", false, "start journey bench's PostgreSQL: durable (fsync, synchronous_commit and "+
+		"full_page_writes on) and with pg_stat_statements, instead of the tests'")
 	uf := addUIFlags(fs, "ui-addr")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -124,11 +124,13 @@ func startCluster(ctx context.Context, env *environment, sigs <-chan os.Signal, 
 	defer cancel()
 	started := make(chan result, 1)
 	go func() {
-		var opts []devpg.Option
+		var c *devpg.Cluster
+		var err error
 		if durable {
-			opts = durableSettings()
+			c, err = startBenchCluster(ctx, env.logger, true)
+		} else {
+			c, err = devpg.Start(ctx, env.logger)
 		}
-		c, err := devpg.Start(ctx, env.logger, opts...)
 		started <- result{c, err}
 	}()
 
