@@ -2,19 +2,21 @@
 # journey bench beside river bench, alternated in rounds, on equal terms: each run on a throwaway
 # PostgreSQL of its own, journey bench's (durable defaults: fsync, synchronous_commit and
 # full_page_writes on; pg_stat_statements loaded), River's by `journey dev -durable`; each side
-# with 2,000 workers (river bench's, and journey bench's default). It prints each run's figures and, per round,
-# journey-go's ratio to River. `make bench-river RIVER=/path/to/river` runs it.
+# with 2,000 workers (river bench's, and journey bench's default). It prints each run's figures
+# and, per round, journey-go's ratio to River. `make bench-river RIVER=/path/to/river` runs it.
 #
 #   RIVER          the river CLI to measure beside (build it with ../shared/tools/river.sh)
 #   RIVER_ROUNDS   the rounds (default 2)
-#   RIVER_N        journey bench's drain (default 20000; River drains ten times as many, as the
-#                  river bench docs do, so that both run for seconds)
+#   RIVER_N        journey bench's drain (default 20000; River drains ten times as many, so that
+#                  both run for seconds)
 #   RIVER_DURATION the continuous runs' duration (default 20s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${RIVER:?set RIVER to a river CLI, e.g. one built by ../shared/tools/river.sh}"
 rounds=${RIVER_ROUNDS:-2} n=${RIVER_N:-20000} duration=${RIVER_DURATION:-20s}
-journey=$(mktemp -d /tmp/beside-river.XXXXXX)/journey
+work=$(mktemp -d /tmp/beside-river.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+journey=$work/journey
 go build -o "$journey" ./cmd/journey
 unset PGDATABASE
 
