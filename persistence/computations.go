@@ -61,6 +61,12 @@ var attemptsAsComputations = strings.ReplaceAll(strings.ReplaceAll(attemptColumn
 //   - The lookups' LIMIT is written into the text, as the power of two at or above limit (a few
 //     statements in all), where a parameter would be planned as a tenth of the table. Each key
 //     locks at most that many rows, until the claim commits, and the claim takes limit of them.
+//
+// The claim's UPDATE finds its rows by their keys alone. A state in its WHERE would say nothing
+// (the pick's lock holds the rows AVAILABLE) and would let the planner read them through
+// nodes_claim_idx: with statistics taken while nothing was AVAILABLE (a million finished rows
+// analyzed, say), its generic plan read every AVAILABLE row once per row claimed, 4.4 s for a
+// claim of 250 beside 10,000,000 finished executions.
 func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Computation, error) {
 	if limit <= 0 || len(s.keys) == 0 {
 		return nil, nil
@@ -111,7 +117,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 					heartbeat_deadline = t.now + n.heartbeat_timeout_ms * interval '1 millisecond',
 					last_heartbeat_at = t.now, rev = b.base + c.rank, changed_at = t.now
 				FROM c, b, t
-				WHERE n.lane = c.lane AND n.execution_id = c.execution_id AND n.node = c.node AND n.state = 'AVAILABLE'
+				WHERE n.lane = c.lane AND n.execution_id = c.execution_id AND n.node = c.node
 					AND b.lane = c.lane AND b.id = c.execution_id
 				RETURNING ` + attemptColumns),
 				[]any{lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil()}, collect(&claimed)},
