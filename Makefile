@@ -19,7 +19,8 @@
 #   make example  the onboarding example
 #   make fuzz     each fuzz test for FUZZTIME (default 1m): graph validation, value decoding, and
 #                 the checks and parsers of what callers, CLI flags and dashboard queries give;
-#                 .ci/run runs them for 5s each. Their seeds also run in make test
+#                 .ci/run runs 5,000 calls of each (FUZZTIME=5000x: a duration can fail at its end
+#                 on a busy machine, golang/go#75804). Their seeds also run in make test
 
 GO ?= go
 # journey dev starts one PostgreSQL for the whole run, sets DATABASE_URL and TEST_DATABASE_URL,
