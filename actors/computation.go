@@ -192,15 +192,19 @@ func (a *computation) lose(reason string) {
 // for the log.
 func (a *computation) run(ctx context.Context) string {
 	start := time.Now()
-	attrs := append(telemetry.NodeAttrs(a.g, a.c.Node), telemetry.KeyExecution.String(a.c.ExecutionID),
-		telemetry.KeyComputation.Int64(a.c.ID), telemetry.KeyAttempt.Int(a.c.Attempt), telemetry.KeyReplica.String(a.env.replicaID))
 	ctx, span := a.env.tel.Tracer.Start(ctx, "journey.attempt", trace.WithNewRoot(),
-		trace.WithLinks(telemetry.Links(a.c.Traceparent)...), trace.WithAttributes(attrs...))
+		trace.WithLinks(telemetry.Links(a.c.Traceparent)...))
 	defer span.End()
+	if span.IsRecording() { // the attributes are made only for a span that keeps them
+		span.SetAttributes(append(telemetry.NodeAttrs(a.g, a.c.Node), telemetry.KeyExecution.String(a.c.ExecutionID),
+			telemetry.KeyComputation.Int64(a.c.ID), telemetry.KeyAttempt.Int(a.c.Attempt), telemetry.KeyReplica.String(a.env.replicaID))...)
+	}
 	reason, outcome, err := a.attempt(ctx)
 	if outcome != "" {
 		a.env.tel.Ran(ctx, a.g, a.c.Node, outcome, time.Since(start))
-		span.SetAttributes(telemetry.KeyOutcome.String(outcome))
+		if span.IsRecording() {
+			span.SetAttributes(telemetry.KeyOutcome.String(outcome))
+		}
 	}
 	if err != nil {
 		span.RecordError(err)

@@ -12,7 +12,8 @@ import (
 // The gates of this package are built with Needs, And, Or, Not, Provided, IsTrue, IsFalse and
 // When, and they nest.
 type Gate interface {
-	// Holds reports whether the gate is satisfied by vals.
+	// Holds reports whether the gate is satisfied by vals. It must not change vals, which may be
+	// the runtime's own.
 	Holds(vals Values) bool
 	// Nodes returns the names of the nodes the gate references. It may hold duplicates;
 	// Node.Upstream removes them.

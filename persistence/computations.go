@@ -140,9 +140,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		}
 		vals[v.Node] = v.value()
 	}
-	for _, c := range claimed {
-		c.claimed = byID[c.ExecutionID]
-	}
+	shareClaimed(claimed, func(c *Computation) graph.Values { return byID[c.ExecutionID] })
 	slices.SortFunc(claimed, func(a, b *Computation) int { return cmp.Compare(a.ID, b.ID) })
 	return claimed, nil
 }
@@ -166,11 +164,27 @@ func (v *claimedValue) value() graph.Value {
 }
 
 // ClaimedValues returns the values of the execution of a computation returned by Claim, as they
-// were when it was claimed: a map of its own, which the caller may change.
+// were when it was claimed: a map of its own, which the caller may change. It is called once a
+// claim: the map of a computation claimed alone in its execution is handed over, not copied.
 func (c *Computation) ClaimedValues() graph.Values {
-	vals := make(graph.Values, len(c.claimed))
-	maps.Copy(vals, c.claimed)
-	return vals
+	if c.claimedOwn {
+		vals := c.claimed
+		c.claimed, c.claimedOwn = nil, false
+		return vals
+	}
+	return maps.Clone(c.claimed)
+}
+
+// shareClaimed gives each of cs the values of its execution, from byID: a computation alone in
+// its execution owns them.
+func shareClaimed(cs []*Computation, byID func(*Computation) graph.Values) {
+	n := make(map[string]int, len(cs))
+	for _, c := range cs {
+		n[c.ExecutionID]++
+	}
+	for _, c := range cs {
+		c.claimed, c.claimedOwn = byID(c), n[c.ExecutionID] == 1
+	}
 }
 
 // ClaimRef identifies a claim for a fenced write: the node row of the attempt, and its token.

@@ -127,7 +127,7 @@ func (s *Store) handOver(t *txn, committed bool) {
 	var cs []*Computation
 	for _, st := range t.claiming {
 		for _, c := range st.claimed {
-			c.claimed = st.values
+			c.claimed, c.claimedOwn = st.values, len(st.claimed) == 1
 			cs = append(cs, c)
 		}
 	}

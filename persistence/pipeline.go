@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -222,8 +223,13 @@ func scanAll[T any](rows pgx.Rows) ([]*T, error) {
 	out := []*T{}
 	targets := make([]any, len(paths))
 	names := make([]*internedText, len(paths))
+	// A json.RawMessage is scanned as the []byte it is: pgx would unmarshal JSON into it, with
+	// allocations for reflection, to the same bytes.
+	raw := make([]bool, len(paths))
 	for i, col := range rows.FieldDescriptions() {
-		if interned[col.Name] && reflect.TypeFor[T]().FieldByIndex(paths[i]).Type.Kind() == reflect.String {
+		t := reflect.TypeFor[T]().FieldByIndex(paths[i]).Type
+		raw[i] = t == reflect.TypeFor[json.RawMessage]()
+		if interned[col.Name] && t.Kind() == reflect.String {
 			names[i] = &internedText{}
 			targets[i] = names[i]
 		}
@@ -232,11 +238,14 @@ func scanAll[T any](rows pgx.Rows) ([]*T, error) {
 		v := new(T)
 		rv := reflect.ValueOf(v).Elem()
 		for i, path := range paths {
-			if names[i] != nil {
+			switch {
+			case names[i] != nil:
 				names[i].to = rv.FieldByIndex(path).Addr().Interface().(*string)
-				continue
+			case raw[i]:
+				targets[i] = (*[]byte)(rv.FieldByIndex(path).Addr().Interface().(*json.RawMessage))
+			default:
+				targets[i] = rv.FieldByIndex(path).Addr().Interface()
 			}
-			targets[i] = rv.FieldByIndex(path).Addr().Interface()
 		}
 		if err := rows.Scan(targets...); err != nil {
 			return nil, err

@@ -127,7 +127,7 @@ func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
 	}
 	latest := st.latest[name]
 	sig := signature(Signature(n, due))
-	if latest != nil && latest.active() && st.made[name] && !parseSignature(latest.ComputedWith).equal(sig) {
+	if latest != nil && latest.active() && st.made[name] && !sameSignature(latest.ComputedWith, sig) {
 		// An attempt that an earlier advance of this write made, which no one has seen, is made
 		// again from the values as they are now: a batch of outcomes, recorded one by one, makes
 		// its node's attempt once, from all of them.
@@ -137,7 +137,7 @@ func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
 	if st.exec.ArchivedAt != nil || latest != nil && latest.active() {
 		return false, nil
 	}
-	if latest != nil && parseSignature(latest.ComputedWith).equal(sig) {
+	if latest != nil && sameSignature(latest.ComputedWith, sig) {
 		if latest.failedForGood() {
 			return false, nil // its attempts at these upstream revisions are used up
 		}
@@ -163,7 +163,7 @@ func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
 func (st *execState) failNode(n graph.Node, cause error) error {
 	sig := signature(Signature(n, st.dueView()))
 	latest := st.latest[n.Name()]
-	if latest != nil && (latest.active() || latest.failedForGood() && parseSignature(latest.ComputedWith).equal(sig)) {
+	if latest != nil && (latest.active() || latest.failedForGood() && sameSignature(latest.ComputedWith, sig)) {
 		return nil
 	}
 	st.warn("user code panicked; the node has failed", "node", n.Name(), "error", cause)
@@ -302,6 +302,9 @@ func (st *execState) recordOne(o Outcome) error {
 // For the attempt, that cycle has not happened yet; it must run again when it does. Gates and
 // signatures see ticks only once they are due, so the attempt's record must too.
 func (st *execState) forgetUndueTicks(c *Computation) {
+	if len(st.dueView()) == len(st.values) {
+		return // no tick waits
+	}
 	sig := parseSignature(c.ComputedWith)
 	forgot := false
 	for up, rev := range sig {
@@ -498,14 +501,20 @@ func (st *execState) tickDue(name string) bool {
 }
 
 // dueView is the values as gates see them to decide whether a node may run: a tick is provided
-// only once it is due.
+// only once it is due. It is the values themselves when no tick waits, as in most writes (a gate
+// does not change them).
 func (st *execState) dueView() graph.Values {
-	due := make(graph.Values, len(st.values))
-	for name, v := range st.values {
+	var due graph.Values
+	for name := range st.values {
 		if n, _ := st.g.Node(name); isTick(n) && !st.tickDue(name) {
-			continue
+			if due == nil {
+				due = maps.Clone(st.values)
+			}
+			delete(due, name)
 		}
-		due[name] = v
+	}
+	if due == nil {
+		return st.values
 	}
 	return due
 }
@@ -513,11 +522,11 @@ func (st *execState) dueView() graph.Values {
 // nextWake is the earliest time a tick of the execution comes due, nil if none is waiting.
 func (st *execState) nextWake() *time.Time {
 	var next *time.Time
-	for _, n := range st.g.Nodes() {
-		if !isTick(n) {
+	for name, v := range st.values {
+		if n, _ := st.g.Node(name); !isTick(n) {
 			continue
 		}
-		if t, ok := tickTime(st.values[n.Name()]); ok && t.After(st.now) && (next == nil || t.Before(*next)) {
+		if t, ok := tickTime(v); ok && t.After(st.now) && (next == nil || t.Before(*next)) {
 			next = &t
 		}
 	}

@@ -305,12 +305,18 @@ func TestParseSignatureReadsTheWrittenFormsByHand(t *testing.T) { // not paralle
 		require.Equal(t, sig, got)
 		require.Equal(t, sig, parseSignature(s))
 		require.LessOrEqual(t, testing.AllocsPerRun(100, func() { parseSignature(s) }), 2.0, s)
+		require.True(t, sameSignature(s, sig), s)
+		require.Zero(t, testing.AllocsPerRun(100, func() { sameSignature(s, sig) }), "comparing %s", s)
+		for _, other := range []signature{{"x": 1, "upstream": 42}, {"x": 1, "upstream": 42, "z": -3, "w": 0}, {"x": 1, "upstream": 41, "z": -3}} {
+			require.False(t, sameSignature(s, other), "%s is not %v", s, other)
+		}
 	}
 	for _, s := range []string{"", "null", `{"a\"b": 1}`, `{"x": 1.5}`, `{"x": 1,}`} {
 		_, ok := scanSignature(s)
 		require.False(t, ok, "%q goes to json.Unmarshal", s)
 	}
 	require.Equal(t, signature{`a"b`: 1}, parseSignature(`{"a\"b": 1}`))
+	require.True(t, sameSignature(`{"a\"b": 1}`, signature{`a"b`: 1}), "a signature read by json.Unmarshal compares too")
 }
 
 // A row whose attempt stays the one loaded, claimed as it was, is written by nodeOutcomeQuery,

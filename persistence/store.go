@@ -349,8 +349,10 @@ type Computation struct {
 	// that write was traced: the attempt's span links to it.
 	Traceparent *string `bun:"traceparent"`
 	// The values of the execution when Claim returned the computation, shared by the computations
-	// of one execution: read them with ClaimedValues. Other reads leave them empty.
-	claimed graph.Values
+	// of one execution unless claimedOwn: read them with ClaimedValues. Other reads leave them
+	// empty.
+	claimed    graph.Values
+	claimedOwn bool
 }
 
 // gated reports whether the attempt waits for a concurrency key or a parallel limit.
@@ -390,6 +392,31 @@ func parseSignature(s string) signature {
 
 // scanSignature reads s if it is a flat JSON object of integers with ASCII names free of escapes.
 func scanSignature(s string) (signature, bool) {
+	sig := make(signature, strings.Count(s, ":"))
+	if !eachSignature(s, func(name string, rev int64) { sig[name] = rev }) {
+		return nil, false
+	}
+	return sig, true
+}
+
+// sameSignature reports whether s, a signature as parseSignature reads it, is sig; it allocates
+// nothing for a signature that scanSignature reads.
+func sameSignature(s string, sig signature) bool {
+	n, same := 0, true
+	if !eachSignature(s, func(name string, rev int64) {
+		n++
+		if w, ok := sig[name]; !ok || w != rev {
+			same = false
+		}
+	}) {
+		return parseSignature(s).equal(sig)
+	}
+	return same && n == len(sig)
+}
+
+// eachSignature calls fn with each entry of s, and reports whether s is a flat JSON object of
+// integers with ASCII names free of escapes (if not, fn may have seen some of its entries).
+func eachSignature(s string, fn func(name string, rev int64)) bool {
 	i := 0
 	skip := func() {
 		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
@@ -405,31 +432,30 @@ func scanSignature(s string) (signature, bool) {
 		return false
 	}
 	if !expect('{') {
-		return nil, false
+		return false
 	}
-	sig := make(signature, strings.Count(s, ":"))
 	if expect('}') {
 		skip()
-		return sig, i == len(s)
+		return i == len(s)
 	}
 	for {
 		if !expect('"') {
-			return nil, false
+			return false
 		}
 		start := i
 		for i < len(s) && s[i] != '"' {
 			if s[i] < 0x20 || s[i] >= 0x80 || s[i] == '\\' { // an escape, a control or UTF-8
-				return nil, false
+				return false
 			}
 			i++
 		}
 		if i == len(s) {
-			return nil, false
+			return false
 		}
 		name := s[start:i]
 		i++
 		if !expect(':') {
-			return nil, false
+			return false
 		}
 		skip()
 		start = i
@@ -439,15 +465,15 @@ func scanSignature(s string) (signature, bool) {
 		digits := strings.TrimPrefix(s[start:i], "-")
 		rev, err := strconv.ParseInt(s[start:i], 10, 64)
 		if err != nil || len(digits) > 1 && digits[0] == '0' {
-			return nil, false
+			return false
 		}
-		sig[name] = rev
+		fn(name, rev)
 		if expect('}') {
 			skip()
-			return sig, i == len(s)
+			return i == len(s)
 		}
 		if !expect(',') {
-			return nil, false
+			return false
 		}
 	}
 }

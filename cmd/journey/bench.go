@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -191,24 +190,9 @@ func runBench(ctx context.Context, env *environment, args []string) int {
 		dbURL = cluster.URL()
 	}
 
-	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintf(env.stderr, "journey bench: -cpuprofile: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
-	}
 	b := &benchmark{cfg: cfg, env: env, url: dbURL, nodes: benchShapes[cfg.shape],
 		logger: slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), progressed: make(chan struct{}, 1)}
 	res, err := b.run(ctx)
-	if err == nil && cfg.memProfile != "" {
-		err = writeHeapProfile(cfg.memProfile)
-	}
 	if err != nil {
 		fmt.Fprintf(env.stderr, "journey bench: %v\n", err)
 		return 1
@@ -244,8 +228,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		"attempt superseded, values replaced), dated this much earlier: past the replicas' Retention (7 days), their "+
 		"sweepers delete it while they are measured; 0 to compare")
 	fs.StringVar(&cfg.schema, "schema", "", "the `schema` to create, work in and drop; it must not exist (default journey_bench_<random>)")
-	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (this process: the replicas and producers) to `file`")
-	fs.StringVar(&cfg.memProfile, "memprofile", "", "write the allocations of the run (this process) to `file`, as a heap profile")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured time (this process: the replicas and producers, as go_cpu_us_per_computation) to `file`")
+	fs.StringVar(&cfg.memProfile, "memprofile", "", "write the allocations of this process to `file` at the end of the measured time, and to file.start at its start, as heap profiles: go tool pprof -base file.start file shows the measured time's")
 	fs.IntVar(&cfg.topStatements, "top-statements", 0, "print the `N` statements with the most calls per computation, from pg_stat_statements")
 	fs.DurationVar(&cfg.hold, "hold", 0, "make each computation block for this `duration` (or until it is canceled) before it returns, "+
 		"so that up to -workers run at once on each replica")
@@ -510,6 +494,14 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	if res.promotedStart, err = b.promotions(ctx); err != nil {
 		return res, err
 	}
+	stopProfile, err := startCPUProfile(b.cfg.cpuProfile)
+	if err != nil {
+		return res, err
+	}
+	defer stopProfile()
+	if err := writeHeapProfile(b.cfg.memProfile, ".start"); err != nil {
+		return res, err
+	}
 	use := processNow()
 	began := time.Now()
 	progressDone := b.printProgress(began)
@@ -548,6 +540,10 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	}
 	res.maxRunning = b.maxRunning.Load()
 	res.goCPU, res.allocs = use.since()
+	stopProfile()
+	if err := writeHeapProfile(b.cfg.memProfile, ""); err != nil {
+		return res, err
+	}
 	progressDone()
 	if err != nil {
 		return res, err

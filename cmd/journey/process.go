@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/metrics"
 	"runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -38,9 +39,31 @@ func (u processUse) since() (time.Duration, uint64) {
 	return cpu, now.allocs - u.allocs
 }
 
-// writeHeapProfile writes the process's allocations so far to file.
-func writeHeapProfile(file string) error {
+// startCPUProfile starts a CPU profile into file, if one is given; stop ends it, and may be called
+// again.
+func startCPUProfile(file string) (stop func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
 	f, err := os.Create(file)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return sync.OnceFunc(func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}), nil
+}
+
+// writeHeapProfile writes the process's allocations so far to file+suffix, if file is given.
+func writeHeapProfile(file, suffix string) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Create(file + suffix)
 	if err == nil {
 		err = pprof.Lookup("allocs").WriteTo(f, 0)
 		err = errors.Join(err, f.Close())
