@@ -96,31 +96,32 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 		if err != nil || len(picks) == 0 {
 			return err
 		}
-		lanes, ids, nodes, tokens := make([]int16, len(picks)), make([]string, len(picks)), make([]string, len(picks)), make([]string, len(picks))
+		// The claimed attempts of an execution take its next revisions, in the order of their nodes.
+		slices.SortFunc(picks, func(a, b *picked) int {
+			return cmp.Or(cmp.Compare(a.Lane, b.Lane), strings.Compare(a.ExecutionID, b.ExecutionID), strings.Compare(a.Node, b.Node))
+		})
+		lanes, ids, nodes, tokens, ranks := make([]int16, len(picks)), make([]string, len(picks)), make([]string, len(picks)), make([]string, len(picks)), make([]int32, len(picks))
 		for i, p := range picks {
-			lanes[i], ids[i], nodes[i], tokens[i] = p.Lane, p.ExecutionID, p.Node, NewUUID()
+			lanes[i], ids[i], nodes[i], tokens[i], ranks[i] = p.Lane, p.ExecutionID, p.Node, NewUUID(), 1
+			if i > 0 && lanes[i] == lanes[i-1] && ids[i] == ids[i-1] {
+				ranks[i] = ranks[i-1] + 1
+			}
 		}
 		// The claim and the read go with the COMMIT.
 		t.tail = append(t.tail,
-			step{s.q(`WITH c AS (
-					SELECT c.lane, c.execution_id, c.node, c.token::uuid AS token,
-						row_number() OVER (PARTITION BY c.lane, c.execution_id ORDER BY c.node) AS rank
-					FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[]) AS c(lane, execution_id, node, token)),
-				b AS (SELECT e.lane, e.id, greatest(e.revision,
-						(SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = e.lane AND m.execution_id = e.id)) AS base
-					FROM (SELECT DISTINCT lane, execution_id FROM c) k
-					JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.execution_id),
-				t AS (SELECT coalesce($6::timestamptz, statement_timestamp()) AS now)
+			step{s.q(`WITH t AS (SELECT coalesce($6::timestamptz, statement_timestamp()) AS now)
 				UPDATE {s}.nodes n
-				SET state = 'RUNNING', replica_id = $5, claim_token = c.token, claimed_at = t.now,
+				SET state = 'RUNNING', replica_id = $5, claim_token = c.token::uuid, claimed_at = t.now,
 					deadline = t.now + n.abandon_after_ms * interval '1 millisecond',
 					heartbeat_deadline = t.now + n.heartbeat_timeout_ms * interval '1 millisecond',
-					last_heartbeat_at = t.now, rev = b.base + c.rank, changed_at = t.now
-				FROM c, b, t
+					last_heartbeat_at = t.now, changed_at = t.now,
+					rev = c.rank + greatest(
+						(SELECT e.revision FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id),
+						(SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = c.lane AND m.execution_id = c.execution_id))
+				FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $7::integer[]) AS c(lane, execution_id, node, token, rank), t
 				WHERE n.lane = c.lane AND n.execution_id = c.execution_id AND n.node = c.node
-					AND b.lane = c.lane AND b.id = c.execution_id
 				RETURNING ` + attemptColumns),
-				[]any{lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil()}, collect(&claimed)},
+				[]any{lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil(), ranks}, collect(&claimed)},
 			// One row a value: arrays of them, aggregated by execution, were decoded by reflection,
 			// an allocation or more an element (8% of a drain's allocations).
 			step{s.q(`SELECT n.execution_id, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM ` +
