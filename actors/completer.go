@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -103,16 +104,19 @@ func (c *completer) flush() {
 	}
 }
 
-// errNotRecorded means the completer stopped before it answered.
-var errNotRecorded = errors.New("the completer stopped")
-
-// recordOutcome hands o to the completer and waits for its answer, or records o itself once the
-// completer has stopped.
-func (env *computationEnv) recordOutcome(ctx context.Context, o persistence.Outcome) error {
+// recordOutcome hands o to the completer and waits for its answer, or records o itself, by
+// deadline, once the completer has stopped. The completer answers every outcome it takes: its
+// transactions end within writeTimeout.
+func (env *computationEnv) recordOutcome(ctx context.Context, deadline time.Time, o persistence.Outcome) error {
+	alone := func() error {
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		return env.store.RecordAlone(ctx, o)
+	}
 	reply := make(chan error, 1)
 	select {
 	case <-env.completerDone:
-		return env.store.RecordAlone(ctx, o)
+		return alone()
 	default:
 		env.system.Root.Send(env.completer, outcome{out: o, reply: reply})
 	}
@@ -124,9 +128,7 @@ func (env *computationEnv) recordOutcome(ctx context.Context, o persistence.Outc
 		case err := <-reply: // answered as it stopped
 			return err
 		default:
-			return env.store.RecordAlone(ctx, o)
+			return alone()
 		}
-	case <-ctx.Done():
-		return errors.Join(errNotRecorded, ctx.Err())
 	}
 }

@@ -271,8 +271,7 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 // write (the database restarting, say) is retried until it succeeds, the claim is lost, or
 // writeTimeout passes; one that the database refuses (persistence.Refused) is not.
 func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) (string, string, error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
+	wctx, deadline := context.WithoutCancel(ctx), time.Now().Add(writeTimeout)
 	reason, outcome := "succeeded", telemetry.OutcomeSucceeded
 	if cause != nil {
 		reason, outcome = "failed: "+cause.Error(), telemetry.OutcomeFailed
@@ -286,7 +285,7 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 		if a.env.orphaned.Load() {
 			return OutcomeOrphaned, "", nil
 		}
-		err := a.env.recordOutcome(wctx, o)
+		err := a.env.recordOutcome(wctx, deadline, o)
 		var refused *persistence.RecordedAsFailure
 		if errors.As(err, &refused) {
 			err, cause = nil, refused.Cause
@@ -305,13 +304,13 @@ func (a *computation) record(ctx context.Context, cause error, raw json.RawMessa
 			a.log(slog.LevelError, "the database refused the outcome; the sweeper will retry the attempt", "error", err)
 			return "recording failed: " + err.Error(), "", err
 		}
-		a.log(slog.LevelWarn, "recording the outcome failed; retrying", "error", err, "outcome", reason, "retry_in", wait)
-		select {
-		case <-wctx.Done():
+		left := time.Until(deadline)
+		if left <= 0 {
 			a.log(slog.LevelError, "recording the outcome failed for good; the sweeper will retry the attempt", "error", err)
 			return "recording failed: " + err.Error(), "", err
-		case <-time.After(wait):
 		}
+		a.log(slog.LevelWarn, "recording the outcome failed; retrying", "error", err, "outcome", reason, "retry_in", min(wait, left))
+		time.Sleep(min(wait, left))
 	}
 }
 

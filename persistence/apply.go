@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/uptrace/bun"
 )
 
@@ -354,14 +355,14 @@ func (s *Store) nodeStep(query string, w *nodeWrites, sts []*execState) step {
 		if err != nil {
 			return fmt.Errorf("writing %d node row(s): %w", len(w.ids), err)
 		}
-		type written struct {
-			ExecutionID       string          `db:"execution_id"`
-			Node              string          `db:"node"`
-			Value             json.RawMessage `db:"value"`
-			ClaimedAt         *time.Time      `db:"claimed_at"`
-			Deadline          *time.Time      `db:"deadline"`
-			HeartbeatDeadline *time.Time      `db:"heartbeat_deadline"`
-			LastHeartbeatAt   *time.Time      `db:"last_heartbeat_at"`
+		type written struct { // its times are pgtype's, which pgx scans with no allocation each
+			ExecutionID       string             `db:"execution_id"`
+			Node              string             `db:"node"`
+			Value             json.RawMessage    `db:"value"`
+			ClaimedAt         pgtype.Timestamptz `db:"claimed_at"`
+			Deadline          pgtype.Timestamptz `db:"deadline"`
+			HeartbeatDeadline pgtype.Timestamptz `db:"heartbeat_deadline"`
+			LastHeartbeatAt   pgtype.Timestamptz `db:"last_heartbeat_at"`
 		}
 		got, err := scanAll[written](rows)
 		if err != nil {
@@ -378,7 +379,8 @@ func (s *Store) nodeStep(query string, w *nodeWrites, sts []*execState) step {
 				st.values[r.Node] = v
 			}
 			if c := st.latest[r.Node]; c != nil && slices.Contains(st.claimed, c) {
-				c.ClaimedAt, c.Deadline, c.HeartbeatDeadline, c.LastHeartbeatAt = r.ClaimedAt, r.Deadline, r.HeartbeatDeadline, r.LastHeartbeatAt
+				c.ClaimedAt, c.Deadline = timeOf(&r.ClaimedAt), timeOf(&r.Deadline)
+				c.HeartbeatDeadline, c.LastHeartbeatAt = timeOf(&r.HeartbeatDeadline), timeOf(&r.LastHeartbeatAt)
 			}
 		}
 		return nil

@@ -33,6 +33,10 @@ var attemptColumns = func() string {
 	return strings.Join(names, ", ")
 }()
 
+// claimColumns are attemptColumns as the columns of a nodeRow, whose attempt pgx scans with no
+// allocation for each of its nullable columns, where a Computation's pointers take one each.
+var claimColumns = strings.Replace(attemptColumns, "n.attempt_id AS id", "n.attempt_id", 1)
+
 // attemptsAsComputations selects, from an attempts row a, the columns of Computation.
 var attemptsAsComputations = strings.ReplaceAll(strings.ReplaceAll(attemptColumns, "n.attempt_id AS id", "a.attempt_id AS id"), "n.", "a.")
 
@@ -75,7 +79,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 	for window < limit {
 		window *= 2
 	}
-	var claimed []*Computation
+	var rows []*nodeRow
 	var values []*claimedValue
 	err := s.inTxn(ctx, s.workDB(), func(ctx context.Context, t *txn) error {
 		t.claim = true
@@ -120,8 +124,8 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 						(SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = c.lane AND m.execution_id = c.execution_id))
 				FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $7::integer[]) AS c(lane, execution_id, node, token, rank), t
 				WHERE n.lane = c.lane AND n.execution_id = c.execution_id AND n.node = c.node
-				RETURNING ` + attemptColumns),
-				[]any{lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil(), ranks}, collect(&claimed)},
+				RETURNING ` + claimColumns),
+				[]any{lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil(), ranks}, collect(&rows)},
 			// One row a value: arrays of them, aggregated by execution, were decoded by reflection,
 			// an allocation or more an element (8% of a drain's allocations).
 			step{s.q(`SELECT n.execution_id, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM ` +
@@ -131,6 +135,10 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming computations: %w", err)
+	}
+	claimed := make([]*Computation, len(rows))
+	for i, r := range rows {
+		claimed[i] = r.attempt()
 	}
 	byID := make(map[string]graph.Values, len(claimed))
 	for _, v := range values {
