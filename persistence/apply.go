@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,16 +145,16 @@ func (s *Store) applySteps(t *txn, sts []*execState) []step {
 	var events eventWrites
 	for _, st := range sts {
 		top := st.exec.Revision // the greatest revision a row carries
-		for _, node := range slices.Sorted(maps.Keys(st.changes)) {
-			rev := st.changes[node]
-			top = max(top, rev)
+		for _, node := range st.changedNodes() {
+			m := st.marks[node]
+			top = max(top, m.rev)
 			switch {
-			case st.rows[node] == nil:
-				ins.add(st, node, rev)
+			case m.row == nil:
+				ins.add(st, node, m.rev)
 			case st.keepsAttempt(node):
-				outcome.add(st, node, rev)
+				outcome.add(st, node, m.rev)
 			default:
-				upd.add(st, node, rev)
+				upd.add(st, node, m.rev)
 			}
 		}
 		for _, h := range st.history {
@@ -241,7 +240,7 @@ func (w *nodeWrites) add(st *execState, node string, rev int64) {
 		w.values, w.metas, w.valueRevs = append(w.values, nil), append(w.metas, nil), append(w.valueRevs, nil)
 		w.setAts = append(w.setAts, nil)
 	}
-	w.hseqs = append(w.hseqs, st.hseqOf[node])
+	w.hseqs = append(w.hseqs, st.marks[node].hseq)
 	c := st.latest[node]
 	if c == nil {
 		w.attemptIDs, w.states, w.attempts, w.maxAttempts = append(w.attemptIDs, nil), append(w.states, nil), append(w.attempts, nil), append(w.maxAttempts, nil)

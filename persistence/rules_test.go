@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,14 +94,8 @@ func loaded(t *testing.T, g *graph.Graph, specs ...string) *execState {
 // value and current attempt; the history entries; the attempts replaced; the events claimed.
 func plan(st *execState) []string {
 	var out []string
-	for _, node := range slices.Sorted(func(yield func(string) bool) {
-		for n := range st.changes {
-			if !yield(n) {
-				return
-			}
-		}
-	}) {
-		line := fmt.Sprintf("row %s @%d", node, st.changes[node])
+	for _, node := range st.changedNodes() {
+		line := fmt.Sprintf("row %s @%d", node, st.marks[node].rev)
 		if v, ok := st.values[node]; ok {
 			line += fmt.Sprintf(" =%s@%d", v.Raw, v.Revision)
 		}
@@ -233,7 +226,8 @@ func TestRuleUnsetClearsDownstream(t *testing.T) {
 	}, plan(st))
 	require.Equal(t, []int64{1, 4, 2, 5, 3, 6}, []int64{st.history[0].Hseq, st.history[1].Hseq, st.history[2].Hseq,
 		st.history[3].Hseq, st.history[4].Hseq, st.history[5].Hseq}, "each entry in its place: a value, then its clearing")
-	require.Equal(t, map[string]int64{"x": 4, "y": 5, "z": 6}, st.hseqOf, "a row keeps the place of its clearing")
+	require.Equal(t, []int64{4, 5, 6}, []int64{st.marks["x"].hseq, st.marks["y"].hseq, st.marks["z"].hseq},
+		"a row keeps the place of its clearing")
 }
 
 // One batch of k outcomes leaves the values and revisions that k writes of one outcome each leave;

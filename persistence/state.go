@@ -26,16 +26,13 @@ type execState struct {
 	now    time.Time
 	values graph.Values
 	latest map[string]*Computation // the current attempt of each node
-	// rows are the node rows as loaded; hseqOf is the place in the execution's history of each
-	// node's current value, or of its clearing, and hseq the last place taken: a row keeps its
-	// node's place, so that the greatest of the rows' is the last.
-	rows   map[string]*nodeRow
-	hseqOf map[string]int64
-	hseq   int64
+	// marks are the nodes' rows, as loaded and as the write changes them (see nodeMark); hseq is
+	// the last place taken in the execution's history: a row keeps its node's place, so that the
+	// greatest of the rows' is the last.
+	marks map[string]nodeMark
+	hseq  int64
 	// made holds the nodes whose current attempt an advance of this write made.
 	made map[string]bool
-	// changes holds the nodes whose row the write changes, with the revision of its last change.
-	changes map[string]int64
 	// history are the values replaced or cleared (a clearing is an entry without a value), and
 	// superseded the attempts that a later attempt of their node replaced: apply moves them to
 	// value_history and attempts.
@@ -77,6 +74,16 @@ type execState struct {
 	traceparent *string
 }
 
+// nodeMark is what a write knows of a node's row: the row as loaded (nil if there was none), the
+// place in the execution's history of the node's current value or of its clearing, and, once the
+// write changes the row, the revision of its last change.
+type nodeMark struct {
+	row     *nodeRow
+	hseq    int64
+	rev     int64
+	changed bool
+}
+
 // warning is a line for the store's log, which the rules leave for the write to log.
 type warning struct {
 	msg  string
@@ -97,13 +104,11 @@ type historyRow struct {
 // newState returns the state of execution e of graph g, at time now, from its node rows.
 func newState(e Execution, g *graph.Graph, now time.Time, rows []*nodeRow) *execState {
 	st := &execState{exec: e, g: g, now: now, revision: e.Revision, values: graph.Values{},
-		latest: map[string]*Computation{}, rows: map[string]*nodeRow{}, hseqOf: map[string]int64{},
-		changes: map[string]int64{}}
+		latest: map[string]*Computation{}, marks: make(map[string]nodeMark, len(rows))}
 	for _, r := range rows {
-		st.rows[r.Node] = r
+		st.marks[r.Node] = nodeMark{row: r, hseq: r.Hseq}
 		st.revision = max(st.revision, r.Rev)
 		st.hseq = max(st.hseq, r.Hseq)
-		st.hseqOf[r.Node] = r.Hseq
 		if r.ValueRev.Valid {
 			st.values[r.Node] = r.value()
 		}
@@ -127,7 +132,7 @@ func (st *execState) graphKey() string {
 // attempt (or none), not claimed by it, with the same claim, deadlines, heartbeats and settings,
 // in the same graph. Such a row changes only in what nodeOutcomeQuery writes.
 func (st *execState) keepsAttempt(node string) bool {
-	r, c := st.rows[node], st.latest[node]
+	r, c := st.marks[node].row, st.latest[node]
 	switch {
 	case r == nil || r.GraphKey != st.graphKey():
 		return false
@@ -152,7 +157,34 @@ func sameText(s *string, t pgtype.Text) bool {
 }
 
 // touch records that node's row changes at the execution's current revision.
-func (st *execState) touch(node string) { st.changes[node] = st.revision }
+func (st *execState) touch(node string) {
+	m := st.marks[node]
+	m.rev, m.changed = st.revision, true
+	st.marks[node] = m
+}
+
+// changedNodes are the nodes whose row the write changes, in order.
+func (st *execState) changedNodes() []string {
+	var nodes []string
+	for node, m := range st.marks {
+		if m.changed {
+			nodes = append(nodes, node)
+		}
+	}
+	slices.Sort(nodes)
+	return nodes
+}
+
+// place gives node's value, or its clearing, the next place in the execution's history, and
+// returns the place it had.
+func (st *execState) place(node string) int64 {
+	m := st.marks[node]
+	had := m.hseq
+	st.hseq++
+	m.hseq = st.hseq
+	st.marks[node] = m
+	return had
+}
 
 // setValue makes raw, with meta, the value of node, at revision rev, unless it equals the value
 // it has (jsonEqual, metadata included). The value it replaces moves to the history. It reports
@@ -162,12 +194,10 @@ func (st *execState) setValue(node string, raw, meta json.RawMessage, rev int64)
 	if had && jsonEqual(old.Raw, raw) && jsonEqual(old.Metadata, meta) {
 		return false
 	}
-	if had {
+	if hseq := st.place(node); had {
 		st.history = append(st.history, historyRow{Node: node, Value: old.Raw, Metadata: old.Metadata,
-			Revision: old.Revision, ChangedAt: old.SetAt, Hseq: st.hseqOf[node]})
+			Revision: old.Revision, ChangedAt: old.SetAt, Hseq: hseq})
 	}
-	st.hseq++
-	st.hseqOf[node] = st.hseq
 	v := graph.Value{Raw: raw, Revision: rev, SetAt: st.now, Metadata: meta}
 	st.values[node] = v
 	st.touch(node)
@@ -184,9 +214,7 @@ func (st *execState) clearValue(node string) {
 		return
 	}
 	st.history = append(st.history, historyRow{Node: node, Value: old.Raw, Metadata: old.Metadata,
-		Revision: old.Revision, ChangedAt: old.SetAt, Hseq: st.hseqOf[node]})
-	st.hseq++
-	st.hseqOf[node] = st.hseq
+		Revision: old.Revision, ChangedAt: old.SetAt, Hseq: st.place(node)})
 	st.history = append(st.history, historyRow{Node: node, Revision: st.revision, ChangedAt: st.now, Hseq: st.hseq})
 	delete(st.values, node)
 	st.touch(node)
