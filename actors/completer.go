@@ -108,15 +108,10 @@ func (c *completer) flush() {
 // deadline, once the completer has stopped. The completer answers every outcome it takes: its
 // transactions end within writeTimeout.
 func (env *computationEnv) recordOutcome(ctx context.Context, deadline time.Time, o persistence.Outcome) error {
-	alone := func() error {
-		ctx, cancel := context.WithDeadline(ctx, deadline)
-		defer cancel()
-		return env.store.RecordAlone(ctx, o)
-	}
 	reply := make(chan error, 1)
 	select {
 	case <-env.completerDone:
-		return alone()
+		return env.recordAlone(ctx, deadline, o)
 	default:
 		env.system.Root.Send(env.completer, outcome{out: o, reply: reply})
 	}
@@ -128,7 +123,14 @@ func (env *computationEnv) recordOutcome(ctx context.Context, deadline time.Time
 		case err := <-reply: // answered as it stopped
 			return err
 		default:
-			return alone()
+			return env.recordAlone(ctx, deadline, o)
 		}
 	}
+}
+
+// recordAlone records o in a transaction of its own, by deadline.
+func (env *computationEnv) recordAlone(ctx context.Context, deadline time.Time, o persistence.Outcome) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return env.store.RecordAlone(ctx, o)
 }
