@@ -12,8 +12,12 @@ import (
 	"github.com/journey-go/journey/persistence"
 )
 
-// maxCompleterBatch caps the outcomes one transaction of the completer records.
-const maxCompleterBatch = 200
+// maxCompleterBatch caps the outcomes one transaction of the completer records. A batch's fixed
+// costs (its round trips, the plans, pgx's buffers, grown anew for each batch) are spread over
+// more outcomes with 500 than 200: a drain of 60,000 with 2,000 workers, five alternated runs
+// each on a noisy machine, averaged 13,680 computations/s (12,227 to 15,352) against 11,582
+// (8,357 to 14,399), and 78 µs of Go CPU a computation against 84.
+const maxCompleterBatch = 500
 
 // outcome asks the completer to record one attempt's outcome. The completer answers on reply,
 // which has room for the answer.
