@@ -143,19 +143,27 @@ func (s *Store) applySteps(t *txn, sts []*execState) []step {
 	var superseded []*Computation
 	var cold coldWrites
 	var events eventWrites
+	// The rows to insert, to write an outcome to, and to update, gathered first so that each
+	// kind's columns are made at their size at once.
+	type nodeWrite struct {
+		st   *execState
+		node string
+		rev  int64
+	}
+	var rows [3][]nodeWrite
 	for _, st := range sts {
 		top := st.exec.Revision // the greatest revision a row carries
 		for _, node := range st.changedNodes() {
 			m := st.marks[node]
 			top = max(top, m.rev)
+			kind := 2
 			switch {
 			case m.row == nil:
-				ins.add(st, node, m.rev)
+				kind = 0
 			case st.keepsAttempt(node):
-				outcome.add(st, node, m.rev)
-			default:
-				upd.add(st, node, m.rev)
+				kind = 1
 			}
+			rows[kind] = append(rows[kind], nodeWrite{st, node, m.rev})
 		}
 		for _, h := range st.history {
 			hist.add(st, h)
@@ -167,6 +175,12 @@ func (s *Store) applySteps(t *txn, sts []*execState) []step {
 		}
 		for _, e := range st.events {
 			events.add(st, e)
+		}
+	}
+	for kind, w := range [...]*nodeWrites{&ins, &outcome, &upd} {
+		w.reserve(len(rows[kind]))
+		for _, r := range rows[kind] {
+			w.add(r.st, r.node, r.rev)
 		}
 	}
 	var steps []step
@@ -196,84 +210,106 @@ func (s *Store) applySteps(t *txn, sts []*execState) []step {
 	return steps
 }
 
-// nodeWrites are node rows to write, as the columns of nodeInsertQuery and nodeUpdateQuery.
+// nodeWrites are node rows to write, as the columns of nodeInsertQuery and nodeUpdateQuery: made
+// as the arrays pgx encodes (see column), and handed to it by pointer, so that neither a column
+// nor its boxing into an argument allocates again as the write is sent.
 type nodeWrites struct {
-	lanes                                  []int16
-	ids, nodes, keys                       []string
-	revs                                   []int64
-	changedAts                             []time.Time
-	values, metas                          []*string
-	valueRevs                              []*int64
-	setAts                                 []*time.Time
-	hseqs                                  []int64
-	attemptIDs                             []*int64
-	states                                 []*string
-	attempts, maxAttempts                  []*int
-	replicas, tokens                       []*string
-	runAts, claimedAts, deadlines, beatDLs []*time.Time
-	lastBeats                              []*time.Time
-	abandons, beats                        []*int64
-	sigs, errs, ckeys                      []*string
-	maxParallels                           []*int
-	createdAts, finishedAts, availableAts  []*time.Time
-	traceparents                           []*string
-	claimHere                              []bool
+	lanes, revs, hseqs                     column[pgtype.Int8]
+	ids, nodes, keys                       column[pgtype.Text]
+	changedAts                             column[pgtype.Timestamptz]
+	values, metas                          column[pgtype.Text]
+	valueRevs                              column[pgtype.Int8]
+	setAts                                 column[pgtype.Timestamptz]
+	attemptIDs                             column[pgtype.Int8]
+	states                                 column[pgtype.Text]
+	attempts, maxAttempts                  column[pgtype.Int8]
+	replicas, tokens                       column[pgtype.Text]
+	runAts, claimedAts, deadlines, beatDLs column[pgtype.Timestamptz]
+	lastBeats                              column[pgtype.Timestamptz]
+	abandons, beats                        column[pgtype.Int8]
+	sigs, errs, ckeys                      column[pgtype.Text]
+	maxParallels                           column[pgtype.Int8]
+	createdAts, finishedAts, availableAts  column[pgtype.Timestamptz]
+	traceparents                           column[pgtype.Text]
+	claimHere                              column[pgtype.Bool]
 	states_                                []*execState // the state of each row, for what the statement returns
+}
+
+// reserve makes room for n rows, in an allocation a column type: the columns of one type share
+// one array, each with a capacity of n. A write of one outcome made 33 arrays one by one.
+func (w *nodeWrites) reserve(n int) {
+	if n == 0 {
+		return
+	}
+	w.claimHere, w.states_ = make(column[pgtype.Bool], 0, n), make([]*execState, 0, n)
+	share(n, &w.lanes, &w.revs, &w.hseqs, &w.valueRevs, &w.attemptIDs, &w.attempts, &w.maxAttempts, &w.abandons, &w.beats,
+		&w.maxParallels)
+	share(n, &w.ids, &w.nodes, &w.keys, &w.values, &w.metas, &w.states, &w.replicas, &w.tokens, &w.sigs, &w.errs, &w.ckeys,
+		&w.traceparents)
+	share(n, &w.changedAts, &w.setAts, &w.runAts, &w.claimedAts, &w.deadlines, &w.beatDLs, &w.lastBeats, &w.createdAts,
+		&w.finishedAts, &w.availableAts)
+}
+
+// share makes each of columns an empty slice of capacity n, all in one array.
+func share[T any](n int, columns ...*column[T]) {
+	all := make(column[T], n*len(columns))
+	for i, c := range columns {
+		*c = all[i*n : i*n : (i+1)*n]
+	}
 }
 
 // add adds node of st, whose row changed last at revision rev.
 func (w *nodeWrites) add(st *execState, node string, rev int64) {
-	w.lanes, w.ids, w.nodes = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.nodes, node)
-	w.keys = append(w.keys, st.graphKey())
-	w.revs, w.changedAts = append(w.revs, rev), append(w.changedAts, st.now)
+	w.lanes, w.ids, w.nodes = append(w.lanes, pgInt(int64(st.exec.Lane))), append(w.ids, pgText(st.exec.ID)), append(w.nodes, pgText(node))
+	w.keys = append(w.keys, pgText(st.graphKey()))
+	w.revs, w.changedAts = append(w.revs, pgInt(rev)), append(w.changedAts, pgTime(st.now))
 	w.states_ = append(w.states_, st)
 	if v, ok := st.values[node]; ok {
-		raw := string(v.Raw)
-		var meta *string
-		if len(v.Metadata) > 0 {
-			m := string(v.Metadata)
-			meta = &m
-		}
-		w.values, w.metas, w.valueRevs = append(w.values, &raw), append(w.metas, meta), append(w.valueRevs, &v.Revision)
-		w.setAts = append(w.setAts, &v.SetAt)
+		meta := pgtype.Text{String: string(v.Metadata), Valid: len(v.Metadata) > 0}
+		w.values, w.metas = append(w.values, pgText(string(v.Raw))), append(w.metas, meta)
+		w.valueRevs, w.setAts = append(w.valueRevs, pgInt(v.Revision)), append(w.setAts, pgTime(v.SetAt))
 	} else {
-		w.values, w.metas, w.valueRevs = append(w.values, nil), append(w.metas, nil), append(w.valueRevs, nil)
-		w.setAts = append(w.setAts, nil)
+		w.values, w.metas = append(w.values, pgtype.Text{}), append(w.metas, pgtype.Text{})
+		w.valueRevs, w.setAts = append(w.valueRevs, pgtype.Int8{}), append(w.setAts, pgtype.Timestamptz{})
 	}
-	w.hseqs = append(w.hseqs, st.marks[node].hseq)
+	w.hseqs = append(w.hseqs, pgInt(st.marks[node].hseq))
 	c := st.latest[node]
 	if c == nil {
-		w.attemptIDs, w.states, w.attempts, w.maxAttempts = append(w.attemptIDs, nil), append(w.states, nil), append(w.attempts, nil), append(w.maxAttempts, nil)
-		w.replicas, w.tokens, w.runAts, w.claimedAts = append(w.replicas, nil), append(w.tokens, nil), append(w.runAts, nil), append(w.claimedAts, nil)
-		w.deadlines, w.beatDLs, w.lastBeats = append(w.deadlines, nil), append(w.beatDLs, nil), append(w.lastBeats, nil)
-		w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, nil), append(w.beats, nil), append(w.sigs, nil), append(w.errs, nil)
-		w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, nil), append(w.maxParallels, nil), append(w.createdAts, nil)
-		w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, nil), append(w.availableAts, nil), append(w.traceparents, nil)
-		w.claimHere = append(w.claimHere, false)
+		var text pgtype.Text
+		var n pgtype.Int8
+		var t pgtype.Timestamptz
+		w.attemptIDs, w.states, w.attempts, w.maxAttempts = append(w.attemptIDs, n), append(w.states, text), append(w.attempts, n), append(w.maxAttempts, n)
+		w.replicas, w.tokens, w.runAts, w.claimedAts = append(w.replicas, text), append(w.tokens, text), append(w.runAts, t), append(w.claimedAts, t)
+		w.deadlines, w.beatDLs, w.lastBeats = append(w.deadlines, t), append(w.beatDLs, t), append(w.lastBeats, t)
+		w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, n), append(w.beats, n), append(w.sigs, text), append(w.errs, text)
+		w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, text), append(w.maxParallels, n), append(w.createdAts, t)
+		w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, t), append(w.availableAts, t), append(w.traceparents, text)
+		w.claimHere = append(w.claimHere, pgtype.Bool{Bool: false, Valid: true})
 		return
 	}
-	w.attemptIDs, w.states, w.attempts, w.maxAttempts = append(w.attemptIDs, &c.ID), append(w.states, &c.State), append(w.attempts, &c.Attempt), append(w.maxAttempts, &c.MaxAttempts)
-	w.replicas, w.tokens, w.runAts, w.claimedAts = append(w.replicas, c.ReplicaID), append(w.tokens, c.ClaimToken), append(w.runAts, &c.RunAt), append(w.claimedAts, c.ClaimedAt)
-	w.deadlines, w.beatDLs, w.lastBeats = append(w.deadlines, c.Deadline), append(w.beatDLs, c.HeartbeatDeadline), append(w.lastBeats, c.LastHeartbeatAt)
-	w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, &c.AbandonAfterMS), append(w.beats, &c.HeartbeatTimeoutMS), append(w.sigs, &c.ComputedWith), append(w.errs, c.Error)
-	w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, c.ConcurrencyKey), append(w.maxParallels, c.MaxParallel), append(w.createdAts, &c.CreatedAt)
-	w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, c.FinishedAt), append(w.availableAts, c.AvailableAt), append(w.traceparents, c.Traceparent)
-	w.claimHere = append(w.claimHere, slices.Contains(st.claimed, c))
+	w.attemptIDs, w.states = append(w.attemptIDs, pgInt(c.ID)), append(w.states, pgText(c.State))
+	w.attempts, w.maxAttempts = append(w.attempts, pgInt(int64(c.Attempt))), append(w.maxAttempts, pgInt(int64(c.MaxAttempts)))
+	w.replicas, w.tokens, w.runAts, w.claimedAts = append(w.replicas, pgTextAt(c.ReplicaID)), append(w.tokens, pgTextAt(c.ClaimToken)), append(w.runAts, pgTime(c.RunAt)), append(w.claimedAts, pgTimeAt(c.ClaimedAt))
+	w.deadlines, w.beatDLs, w.lastBeats = append(w.deadlines, pgTimeAt(c.Deadline)), append(w.beatDLs, pgTimeAt(c.HeartbeatDeadline)), append(w.lastBeats, pgTimeAt(c.LastHeartbeatAt))
+	w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, pgInt(c.AbandonAfterMS)), append(w.beats, pgInt(c.HeartbeatTimeoutMS)), append(w.sigs, pgText(c.ComputedWith)), append(w.errs, pgTextAt(c.Error))
+	w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, pgTextAt(c.ConcurrencyKey)), append(w.maxParallels, pgIntOf(c.MaxParallel)), append(w.createdAts, pgTime(c.CreatedAt))
+	w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, pgTimeAt(c.FinishedAt)), append(w.availableAts, pgTimeAt(c.AvailableAt)), append(w.traceparents, pgTextAt(c.Traceparent))
+	w.claimHere = append(w.claimHere, pgtype.Bool{Bool: slices.Contains(st.claimed, c), Valid: true})
 }
 
 // args are the arguments of nodeInsertQuery and nodeUpdateQuery, at time now (nil: the
 // statement's).
 func (w *nodeWrites) args(now any) []any {
-	return []any{w.lanes, w.ids, w.nodes, w.keys, w.revs, w.changedAts, w.values, w.metas, w.valueRevs, w.setAts, w.hseqs,
-		w.attemptIDs, w.states, w.attempts, w.maxAttempts, w.replicas, w.tokens, w.runAts, w.claimedAts, w.deadlines, w.beatDLs,
-		w.lastBeats, w.abandons, w.beats, w.sigs, w.errs, w.ckeys, w.maxParallels, w.createdAts, w.finishedAts, w.availableAts,
-		w.traceparents, w.claimHere, now}
+	return []any{&w.lanes, &w.ids, &w.nodes, &w.keys, &w.revs, &w.changedAts, &w.values, &w.metas, &w.valueRevs, &w.setAts,
+		&w.hseqs, &w.attemptIDs, &w.states, &w.attempts, &w.maxAttempts, &w.replicas, &w.tokens, &w.runAts, &w.claimedAts,
+		&w.deadlines, &w.beatDLs, &w.lastBeats, &w.abandons, &w.beats, &w.sigs, &w.errs, &w.ckeys, &w.maxParallels,
+		&w.createdAts, &w.finishedAts, &w.availableAts, &w.traceparents, &w.claimHere, now}
 }
 
 // outcomeArgs are the arguments of nodeOutcomeQuery.
 func (w *nodeWrites) outcomeArgs() []any {
-	return []any{w.lanes, w.ids, w.nodes, w.revs, w.changedAts, w.values, w.metas, w.valueRevs, w.setAts, w.hseqs,
-		w.states, w.sigs, w.errs, w.finishedAts}
+	return []any{&w.lanes, &w.ids, &w.nodes, &w.revs, &w.changedAts, &w.values, &w.metas, &w.valueRevs, &w.setAts, &w.hseqs,
+		&w.states, &w.sigs, &w.errs, &w.finishedAts}
 }
 
 // nodeRows is the rows of the node writes $1 to $33, at the time $34: an attempt claimed here

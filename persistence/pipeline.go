@@ -428,25 +428,25 @@ func columns(args []any) []any {
 		var c any
 		switch a := a.(type) {
 		case []string:
-			c = convert(a, func(v string) pgtype.Text { return pgtype.Text{String: v, Valid: true} })
+			c = convert(a, pgText)
 		case []*string:
-			c = convert(a, func(v *string) pgtype.Text { return pgtype.Text{String: deref(v), Valid: v != nil} })
+			c = convert(a, pgTextAt)
 		case []int16:
-			c = convert(a, func(v int16) pgtype.Int8 { return pgtype.Int8{Int64: int64(v), Valid: true} })
+			c = convert(a, func(v int16) pgtype.Int8 { return pgInt(int64(v)) })
 		case []int:
-			c = convert(a, func(v int) pgtype.Int8 { return pgtype.Int8{Int64: int64(v), Valid: true} })
+			c = convert(a, func(v int) pgtype.Int8 { return pgInt(int64(v)) })
 		case []*int:
-			c = convert(a, func(v *int) pgtype.Int8 { return pgtype.Int8{Int64: int64(derefInt(v)), Valid: v != nil} })
+			c = convert(a, pgIntOf)
 		case []int64:
-			c = convert(a, func(v int64) pgtype.Int8 { return pgtype.Int8{Int64: v, Valid: true} })
+			c = convert(a, pgInt)
 		case []*int64:
-			c = convert(a, func(v *int64) pgtype.Int8 { return pgtype.Int8{Int64: derefInt64(v), Valid: v != nil} })
+			c = convert(a, pgIntAt)
 		case []bool:
 			c = convert(a, func(v bool) pgtype.Bool { return pgtype.Bool{Bool: v, Valid: true} })
 		case []time.Time:
-			c = convert(a, func(v time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: v, Valid: true} })
+			c = convert(a, pgTime)
 		case []*time.Time:
-			c = convert(a, func(v *time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: derefTime(v), Valid: v != nil} })
+			c = convert(a, pgTimeAt)
 		default:
 			continue
 		}
@@ -456,6 +456,17 @@ func columns(args []any) []any {
 		out[i] = c
 	}
 	return out
+}
+
+// The elements of a column: a value, or NULL for a nil pointer.
+func pgText(s string) pgtype.Text           { return pgtype.Text{String: s, Valid: true} }
+func pgTextAt(s *string) pgtype.Text        { return pgtype.Text{String: deref(s), Valid: s != nil} }
+func pgInt(n int64) pgtype.Int8             { return pgtype.Int8{Int64: n, Valid: true} }
+func pgIntAt(n *int64) pgtype.Int8          { return pgtype.Int8{Int64: derefInt64(n), Valid: n != nil} }
+func pgIntOf(n *int) pgtype.Int8            { return pgtype.Int8{Int64: int64(derefInt(n)), Valid: n != nil} }
+func pgTime(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: true} }
+func pgTimeAt(t *time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: derefTime(t), Valid: t != nil}
 }
 
 // convert returns the column of the values of vs, as f gives them; nil for nil.
