@@ -195,7 +195,9 @@ func (a *computation) run(ctx context.Context) string {
 	ctx, span := a.env.tel.Tracer.Start(ctx, "journey.attempt", trace.WithNewRoot(),
 		trace.WithLinks(telemetry.Links(a.c.Traceparent)...))
 	defer span.End()
-	if span.IsRecording() { // the attributes are made only for a span that keeps them
+	// The attributes are made only for a span that keeps them: a sampler sees the span's name and
+	// links, and a no-op tracer costs nothing more.
+	if span.IsRecording() {
 		span.SetAttributes(append(telemetry.NodeAttrs(a.g, a.c.Node), telemetry.KeyExecution.String(a.c.ExecutionID),
 			telemetry.KeyComputation.Int64(a.c.ID), telemetry.KeyAttempt.Int(a.c.Attempt), telemetry.KeyReplica.String(a.env.replicaID))...)
 	}
