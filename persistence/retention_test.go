@@ -103,3 +103,30 @@ func rowsRead(node map[string]any, table string) float64 {
 	}
 	return n
 }
+
+// A pass of retention alone (PruneOnly), as the sweeper runs while retention catches up, deletes
+// what retention lets go and leaves the rest of a pass to the timed passes: an expired attempt
+// stays RUNNING until a full pass abandons it.
+func TestPruneOnlyPassDeletesAndAbandonsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.start(t, b.g, nil)
+	for x := 1; x <= 3; x++ {
+		_, err := b.store.SetValues(ctx, id, map[string]json.RawMessage{"x": json.RawMessage(fmt.Sprint(x))}, nil, nil)
+		require.NoError(t, err)
+	}
+	running := b.claimOne(t, "dead") // a replica without a heartbeat: its work has expired
+	b.clock.Advance(25 * time.Hour)
+
+	res, err := b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 100, Retention: 24 * time.Hour, PruneOnly: true})
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Deleted, "the two values of x replaced")
+	require.Empty(t, res.Abandoned)
+	require.Equal(t, StateRunning, b.latest(t, id, "y").State, "left to a full pass")
+
+	res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 100, Retention: 24 * time.Hour})
+	require.NoError(t, err)
+	require.Len(t, res.Abandoned, 1)
+	require.Equal(t, running.ID, res.Abandoned[0].ID)
+}

@@ -96,6 +96,8 @@ type SweepOptions struct {
 	// Retention: finished attempts (but the newest of each node), value history and delivered
 	// notifications older than this are deleted. Zero keeps them.
 	Retention time.Duration
+	// PruneOnly: the pass deletes what Retention lets go, and does nothing else.
+	PruneOnly bool
 }
 
 // expired is an attempt the sweep should abandon, with the reason.
@@ -126,6 +128,12 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 	held, err := s.AcquireLease(ctx, s.sweepLease, opts.Holder, cmp.Or(opts.LeaseTTL, 15*time.Second))
 	if err != nil || !held {
 		res.Skipped = !held
+		return res, err
+	}
+	if opts.PruneOnly {
+		if opts.Retention > 0 {
+			res.Deleted, res.RetentionBehind, err = s.prune(ctx, opts.Retention, opts.Limit)
+		}
 		return res, err
 	}
 	if err := s.abandon(ctx, opts.Limit, &res); err != nil {
