@@ -464,7 +464,7 @@ func (s *soak) auditStuck(t *testing.T) int {
 		t.Logf("stuck: %d × %s.%s %s, the oldest due since %s", g.N, g.GraphKey, g.Node, g.State, s.rel(&g.Oldest))
 	}
 	var comps []persistence.Computation
-	s.mustQuery(t, &comps, `SELECT * FROM {s}.computations WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING') ORDER BY id`)
+	s.mustQuery(t, &comps, `SELECT `+soakComputationColumns+` FROM {s}.computations WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING') ORDER BY id`)
 	for i, c := range comps {
 		if i == soakShown {
 			t.Logf("stuck: ... and %d more computations", len(comps)-i)
@@ -507,7 +507,8 @@ func (s *soak) auditStuck(t *testing.T) int {
 func (s *soak) logDatabaseState(t *testing.T, why string) {
 	t.Helper()
 	var replicas []persistence.Replica
-	err := s.query(&replicas, `SELECT *, last_heartbeat < now() - stale_after_ms * interval '1 millisecond' AS stale
+	err := s.query(&replicas, `SELECT replica_id, last_heartbeat, started_at, graphs, stale_after_ms, targets,
+			last_heartbeat < now() - stale_after_ms * interval '1 millisecond' AS stale
 		FROM {s}.replica_heartbeats ORDER BY replica_id`)
 	for _, r := range replicas {
 		t.Logf("%s: replica %s: last heartbeat %s (stale: %t), started %s", why, r.ID, s.rel(&r.LastHeartbeat), r.Stale, s.rel(&r.StartedAt))
@@ -772,13 +773,18 @@ func deref0(p *int) int {
 	return *p
 }
 
+// soakComputationColumns are the columns of persistence.Computation in the computations view.
+const soakComputationColumns = `id, lane, execution_id, graph_key, node, state, attempt, max_attempts, replica_id, claim_token,
+	run_at, claimed_at, deadline, heartbeat_deadline, last_heartbeat_at, abandon_after_ms, heartbeat_timeout_ms, computed_with,
+	error, concurrency_key, max_parallel, created_at, finished_at, available_at, traceparent`
+
 // logExecution logs a lost execution: its problems, its attempts, and the replicas' log lines
 // that name it.
 func (s *soak) logExecution(t *testing.T, p produced, problems []string) {
 	t.Helper()
 	t.Logf("lost: %s (%s, n=%d): %s", p.id, s.kinds[p.kind].g.Name(), p.n, strings.Join(problems, "; "))
 	var comps []persistence.Computation
-	s.mustQuery(t, &comps, `SELECT * FROM {s}.computations WHERE execution_id = ? ORDER BY id`, p.id)
+	s.mustQuery(t, &comps, `SELECT `+soakComputationColumns+` FROM {s}.computations WHERE execution_id = ? ORDER BY id`, p.id)
 	for _, c := range comps {
 		t.Logf("lost:   %s", s.describe(c))
 	}
