@@ -253,7 +253,7 @@ func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef
 	var beats []*beat
 	err := withPgx(ctx, s.heartbeatDB(), func(pg *pgx.Conn) error {
 		rows, err := pg.Query(ctx, s.q(`WITH t AS (SELECT coalesce($6::timestamptz, now()) AS now),
-			r AS (SELECT * FROM unnest($1::smallint[], $2::text[], $3::text[], $4::uuid[]) AS r(lane, execution_id, node, token)),
+			r AS (SELECT lane, execution_id, node, token FROM unnest($1::smallint[], $2::text[], $3::text[], $4::uuid[]) AS r(lane, execution_id, node, token)),
 			held AS (SELECT n.lane, n.execution_id, n.node FROM {s}.nodes n JOIN r
 					ON n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token
 				WHERE n.state IS NOT DISTINCT FROM 'RUNNING' AND n.replica_id IS NOT DISTINCT FROM $5

@@ -264,7 +264,7 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		ids, names, versions = append(ids, ins.ids[i]), append(names, g.Name()), append(versions, g.Version())
 		keys, lanes = append(keys, key), append(lanes, LaneOf(ins.ids[i]))
 	}
-	steps := []step{{s.q(`WITH e AS (SELECT * FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[])
+	steps := []step{{s.q(`WITH e AS (SELECT lane, id, graph_name, graph_version, key, ord FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[])
 				WITH ORDINALITY AS e(lane, id, graph_name, graph_version, key, ord)),
 			made AS (INSERT INTO {s}.executions (lane, id, graph_name, graph_version, revision, key, created_at, updated_at)
 				SELECT e.lane, e.id, e.graph_name, e.graph_version, 0, nullif(e.key, ''), t.now, t.now

@@ -316,14 +316,16 @@ func TestPromotionReadsWhatItPromotes(t *testing.T) {
 	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version) VALUES (0, 'u-1', 'gate', 'v1'), (0, 'u-2', 'gate', 'v1')`)
 	b.exec(t, `INSERT INTO {s}.nodes (execution_id, graph_key, node, state, attempt, max_attempts, run_at,
 			abandon_after_ms, heartbeat_timeout_ms, concurrency_key, max_parallel, created_at, lane, rev, changed_at, attempt_id)
-		SELECT *, 0, 1, now(), row_number() OVER () FROM (SELECT 'p-' || g, 'gate@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour' + g * interval '1 ms',
+		SELECT a.id, a.gk, a.node, a.state, a.attempt, a.max_attempts, a.run_at, a.abandon_ms, a.beat_ms, a.ckey, a.maxp, a.created,
+			0, 1, now(), row_number() OVER () FROM (SELECT 'p-' || g, 'gate@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour' + g * interval '1 ms',
 			60000, 30000, 'k' || (g - 1) * 10 / ?, 5, now() FROM generate_series(1, ?) g
 		UNION ALL
 		SELECT 'l-' || g, 'lim@v1', 'job', 'PENDING', 1, 2, now() - interval '1 hour' + g * interval '1 ms',
 			60000, 30000, NULL, 3, now() FROM generate_series(1, ?) g
 		UNION ALL
 		SELECT 'u-' || g, 'gate@v1', 'other', 'PENDING', 2, 2, now() + (g - 1.5) * interval '1 hour',
-			60000, 30000, NULL, NULL, now() FROM generate_series(1, 2) g) a`, waiting, waiting, waiting)
+			60000, 30000, NULL, NULL, now() FROM generate_series(1, 2) g)
+		AS a(id, gk, node, state, attempt, max_attempts, run_at, abandon_ms, beat_ms, ckey, maxp, created)`, waiting, waiting, waiting)
 	b.exec(t, `UPDATE {s}.nodes SET state = 'RUNNING', replica_id = 'r1'
 		WHERE execution_id IN ('p-1', 'p-1001', 'p-2001', 'l-1')`)
 	b.exec(t, `ANALYZE {s}.executions, {s}.nodes`)

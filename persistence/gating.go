@@ -225,7 +225,8 @@ func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)
 				ORDER BY c.concurrency_key, c.run_at, c.attempt_id LIMIT 1)
 			UNION ALL
-			SELECT next.* FROM oldest, LATERAL (
+			SELECT next.id, next.lane, next.execution_id, next.concurrency_key, next.graph_key, next.node, next.max_parallel,
+				next.run_at FROM oldest, LATERAL (
 				SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key > oldest.concurrency_key
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)
@@ -235,17 +236,18 @@ func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 				WHERE state = 'PENDING' AND concurrency_key IS NULL AND max_parallel IS NOT NULL
 				ORDER BY graph_key, node LIMIT 1)
 			UNION ALL
-			SELECT next.* FROM limited, LATERAL (
+			SELECT next.graph_key, next.node, next.max_parallel FROM limited, LATERAL (
 				SELECT c.graph_key, c.node, c.max_parallel FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
 					AND (c.graph_key, c.node) > (limited.graph_key, limited.node)
 				ORDER BY c.graph_key, c.node LIMIT 1) next
 		)
 		SELECT id, lane, execution_id, concurrency_key, graph_key, node, max_parallel FROM (
-			SELECT * FROM oldest WHERE run_at <= ? AND NOT EXISTS (SELECT 1 FROM {s}.nodes h
+			SELECT id, lane, execution_id, concurrency_key, graph_key, node, max_parallel, run_at FROM oldest WHERE run_at <= ? AND NOT EXISTS (SELECT 1 FROM {s}.nodes h
 				WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.concurrency_key = oldest.concurrency_key)
 			UNION ALL
-			SELECT first.* FROM limited CROSS JOIN LATERAL (
+			SELECT first.id, first.lane, first.execution_id, first.concurrency_key, first.graph_key, first.node,
+				first.max_parallel, first.run_at FROM limited CROSS JOIN LATERAL (
 				SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
 					AND (c.graph_key, c.node) >= (limited.graph_key, limited.node)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/pgtest"
 )
 
 // Tests for the ways work could get stuck for good, or run twice, that review found.
@@ -459,12 +460,8 @@ func TestPanickingBackoffFailsOnlyItsNode(t *testing.T) {
 // waitFor polls cond until it holds, for state that nothing announces.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !pgtest.Poll(30*time.Second, 10*time.Millisecond, cond) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 

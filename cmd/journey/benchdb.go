@@ -433,7 +433,7 @@ func (m *monitor) promotions(ctx context.Context, schema string) (promotionStats
 			coalesce(sum(total_exec_time + total_plan_time), 0)::float8,
 			coalesce(max(max_exec_time) FILTER (WHERE q LIKE $3), 0)::float8,
 			coalesce(sum(calls) FILTER (WHERE q LIKE $5), 0)::bigint
-		FROM (SELECT *, regexp_replace(query, '\s+', ' ', 'g') AS q FROM `+m.stats+`.pg_stat_statements WHERE dbid = $1) s
+		FROM (SELECT calls, total_exec_time, total_plan_time, max_exec_time, regexp_replace(query, '\s+', ' ', 'g') AS q FROM `+m.stats+`.pg_stat_statements WHERE dbid = $1) s
 		WHERE strpos(q, $2) > 0 AND (q LIKE $3 OR q LIKE $4 OR q LIKE $5)`,
 		[]any{m.dbid, quoted + ".nodes", promoteChooseSQL, promoteCountSQL, promoteUpdateSQL},
 		&s.passes, &s.passMs, &s.chooseMaxMs, &updates)

@@ -91,11 +91,11 @@ func TestDeployAcrossTheRowShape(t *testing.T) {
 
 	a.signal(t, syscall.SIGKILL)
 	<-a.exited
-	for stale := false; !stale; time.Sleep(100 * time.Millisecond) { // a poll: nothing announces staleness
+	require.True(t, pgtest.Poll(time.Minute, 100*time.Millisecond, func() bool { // nothing announces staleness
 		replicas, err := c.store.Replicas(context.Background())
 		require.NoError(t, err)
-		stale = len(replicas) == 1 && replicas[0].Stale
-	}
+		return len(replicas) == 1 && replicas[0].Stale
+	}), "the killed replica goes stale")
 	b := c.startBinary(t, "new", os.Args[0])
 	b.waitFor(t, "its rounds", func(w *worker) bool { return w.count("load ok ") >= deployRounds })
 

@@ -295,22 +295,12 @@ func (c *cluster) submitting(n int) func(t *testing.T) []string {
 	}
 }
 
-// retry retries fn for up to 30s after its first failure: through a PostgreSQL restart, and the
+// retry retries fn until it succeeds, for up to 30s: through a PostgreSQL restart, and the
 // broken connections it leaves in the pool.
 func retry(fn func() error) error {
-	var deadline time.Time
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(30 * time.Second)
-		} else if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var err error
+	pgtest.Poll(30*time.Second, 100*time.Millisecond, func() bool { err = fn(); return err == nil })
+	return err
 }
 
 // waitDone polls the database until n computations succeeded and none is active. The database,
@@ -318,17 +308,16 @@ func retry(fn func() error) error {
 func (c *cluster) waitDone(t *testing.T, n int, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
-		counts, err := c.store.StateCounts(context.Background())
-		if err == nil && counts[persistence.StateSuccess] >= n &&
-			counts[persistence.StatePending]+counts[persistence.StateAvailable]+counts[persistence.StateRunning] == 0 {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("after %v, the computations are %v (error %v); want %d successes and nothing active", timeout, counts, err, n)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var counts map[string]int
+	var err error
+	if !pgtest.Poll(timeout, 100*time.Millisecond, func() bool {
+		counts, err = c.store.StateCounts(context.Background())
+		return err == nil && counts[persistence.StateSuccess] >= n &&
+			counts[persistence.StatePending]+counts[persistence.StateAvailable]+counts[persistence.StateRunning] == 0
+	}) {
+		t.Fatalf("after %v, the computations are %v (error %v); want %d successes and nothing active", timeout, counts, err, n)
 	}
+	return time.Since(start)
 }
 
 // audit checks that every execution ended with exactly one successful attempt and its value,

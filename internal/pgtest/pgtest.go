@@ -304,3 +304,20 @@ func Bouncer(tb testing.TB) string {
 	})
 	return b.URL()
 }
+
+// Poll waits until cond holds, looking again every interval, and reports whether it did before
+// timeout passed. It is for state that nothing announces, such as a row that another process
+// writes; a test with a signal to wait on waits on it instead.
+func Poll(timeout, every time.Duration, cond func() bool) bool {
+	expired := time.After(timeout)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-expired:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}
