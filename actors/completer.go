@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,11 +21,73 @@ import (
 // (8,357 to 14,399), and 78 µs of Go CPU a computation against 84.
 const maxCompleterBatch = 500
 
-// outcome asks the completer to record one attempt's outcome. The completer answers on reply,
-// which has room for the answer.
+// outcome asks the completer to record one attempt's outcome. The completer answers by calling
+// done, once, on its own goroutine: no goroutine waits for the answer.
 type outcome struct {
-	out   persistence.Outcome
-	reply chan error
+	out persistence.Outcome
+	// ctx and deadline are for a write alone, once the completer has stopped.
+	ctx      context.Context
+	deadline time.Time
+	done     func(error)
+	answered atomic.Bool
+}
+
+// alone records o in a transaction of its own, by its deadline, and answers it.
+func (o *outcome) alone(store *persistence.Store) {
+	ctx, cancel := context.WithDeadline(o.ctx, o.deadline)
+	defer cancel()
+	o.answer(store.RecordAlone(ctx, o.out))
+}
+
+// answer calls o.done with err, unless o has been answered.
+func (o *outcome) answer(err error) {
+	if o.answered.CompareAndSwap(false, true) {
+		o.done(err)
+	}
+}
+
+// inflight are the outcomes handed to a completer and not answered yet. Those that a stopping
+// completer leaves in its mailbox, which protoactor drops, are recorded all the same, each alone.
+type inflight struct {
+	mu      sync.Mutex
+	stopped bool
+	m       map[*outcome]struct{}
+}
+
+// add holds o until its answer, and reports false, holding nothing, once the completer has
+// stopped.
+func (f *inflight) add(o *outcome) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return false
+	}
+	if f.m == nil {
+		f.m = map[*outcome]struct{}{}
+	}
+	f.m[o] = struct{}{}
+	return true
+}
+
+// answer answers o with err and lets it go.
+func (f *inflight) answer(o *outcome, err error) {
+	f.mu.Lock()
+	delete(f.m, o)
+	f.mu.Unlock()
+	o.answer(err)
+}
+
+// stop refuses outcomes from now on, and returns those not answered.
+func (f *inflight) stop() []*outcome {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	left := make([]*outcome, 0, len(f.m))
+	for o := range f.m {
+		left = append(left, o)
+	}
+	f.m = nil
+	return left
 }
 
 type flushOutcomes struct{}
@@ -37,20 +101,20 @@ type completer struct {
 	store  *persistence.Store
 	tel    *telemetry.Telemetry
 	logger *slog.Logger
-	done   chan struct{} // closed once the completer has stopped
-	batch  []outcome
+	flight *inflight
+	batch  []*outcome
 }
 
-func completerProps(store *persistence.Store, tel *telemetry.Telemetry, logger *slog.Logger, done chan struct{}) *actor.Props {
+func completerProps(store *persistence.Store, tel *telemetry.Telemetry, logger *slog.Logger, flight *inflight) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &completer{store: store, tel: tel, logger: logger.With("service", "completer"), done: done}
+		return &completer{store: store, tel: tel, logger: logger.With("service", "completer"), flight: flight}
 	}, actor.WithSupervisor(stopStrategy))
 }
 
 // Receive implements actor.Actor.
 func (c *completer) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
-	case outcome:
+	case *outcome:
 		if len(c.batch) == 0 {
 			ctx.Send(ctx.Self(), flushOutcomes{})
 		}
@@ -63,7 +127,9 @@ func (c *completer) Receive(ctx actor.Context) {
 			c.flush()
 		}
 	case *actor.Stopped:
-		close(c.done) // the computations waiting on the batch left behind record it themselves
+		for _, o := range c.flight.stop() { // left in the mailbox
+			go o.alone(c.store)
+		}
 	}
 }
 
@@ -88,53 +154,32 @@ func (c *completer) flush() {
 		held := map[string]error{}
 		for _, o := range batch {
 			if err, ok := held[o.out.C.ExecutionID]; ok {
-				o.reply <- err
+				c.flight.answer(o, err)
 				continue
 			}
 			err := c.store.RecordAlone(wctx, o.out)
 			if errors.Is(err, persistence.ErrLockTimeout) {
 				held[o.out.C.ExecutionID] = err
 			}
-			o.reply <- err
+			c.flight.answer(o, err)
 		}
 		return
 	}
 	for i, o := range batch {
 		if err != nil {
-			o.reply <- err
+			c.flight.answer(o, err)
 		} else {
-			o.reply <- lost[i]
+			c.flight.answer(o, lost[i])
 		}
 	}
 }
 
-// recordOutcome hands o to the completer and waits for its answer, or records o itself, by
-// deadline, once the completer has stopped. The completer answers every outcome it takes: its
-// transactions end within writeTimeout.
-func (env *computationEnv) recordOutcome(ctx context.Context, deadline time.Time, o persistence.Outcome) error {
-	reply := make(chan error, 1)
-	select {
-	case <-env.completerDone:
-		return env.recordAlone(ctx, deadline, o)
-	default:
-		env.system.Root.Send(env.completer, outcome{out: o, reply: reply})
+// hand hands o to the completer, or, once the completer has stopped, records it alone on a
+// goroutine of its own.
+func (env *computationEnv) hand(o *outcome) {
+	if env.flight.add(o) {
+		env.system.Root.Send(env.completer, o)
+		return
 	}
-	select {
-	case err := <-reply:
-		return err
-	case <-env.completerDone:
-		select {
-		case err := <-reply: // answered as it stopped
-			return err
-		default:
-			return env.recordAlone(ctx, deadline, o)
-		}
-	}
-}
-
-// recordAlone records o in a transaction of its own, by deadline.
-func (env *computationEnv) recordAlone(ctx context.Context, deadline time.Time, o persistence.Outcome) error {
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	return env.store.RecordAlone(ctx, o)
+	go o.alone(env.store)
 }

@@ -31,15 +31,15 @@ func TestCompleterIsolatesAnOutcomeTheDatabaseRefuses(t *testing.T) {
 	})
 	c, _, claimed := completerSetup(ctx, t, g, 3, 0)
 	results := []string{`1`, `1e1000000`, `3`}
+	replies := make([]chan error, len(claimed))
 	for i, cl := range claimed {
-		c.batch = append(c.batch, outcome{out: persistence.Outcome{C: cl, Result: json.RawMessage(results[i])}, reply: make(chan error, 1)})
+		replies[i] = hand(c, persistence.Outcome{C: cl, Result: json.RawMessage(results[i])})
 	}
-	batch := c.batch
 	start := time.Now()
 	c.flush()
 	require.Less(t, time.Since(start), 10*time.Second, "the refused outcome is not retried until the write timeout")
-	for i, o := range batch {
-		err := <-o.reply
+	for i, reply := range replies {
+		err := <-reply
 		if i == 1 {
 			var failed *persistence.RecordedAsFailure
 			require.ErrorAs(t, err, &failed, "the refused outcome is recorded as its attempt's failure")
@@ -85,16 +85,16 @@ func TestCompleterWaitsOnceForAHeldExecution(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{c.store.Schema(), "executions"}.Sanitize()+" WHERE id = $1 FOR UPDATE", ids[0])
 	require.NoError(t, err)
 
-	for _, cl := range claimed {
-		c.batch = append(c.batch, outcome{out: persistence.Outcome{C: cl, Result: json.RawMessage(`1`)}, reply: make(chan error, 1)})
+	replies := make([]chan error, len(claimed))
+	for i, cl := range claimed {
+		replies[i] = hand(c, persistence.Outcome{C: cl, Result: json.RawMessage(`1`)})
 	}
-	batch := c.batch
 	start := time.Now()
 	c.flush()
 	took := time.Since(start)
-	for _, o := range batch {
-		err := <-o.reply
-		if o.out.C.ExecutionID == ids[0] {
+	for i, reply := range replies {
+		err := <-reply
+		if claimed[i].ExecutionID == ids[0] {
 			require.ErrorIs(t, err, persistence.ErrLockTimeout, "the held execution's outcomes are retried later")
 		} else {
 			require.NoError(t, err, "the other execution's outcomes are recorded")
@@ -126,5 +126,56 @@ func completerSetup(ctx context.Context, t *testing.T, g *graph.Graph, n int, lo
 	claimed, err := store.Claim(ctx, "r1", 1000)
 	require.NoError(t, err)
 	require.Len(t, claimed, n*(len(g.Nodes())-1))
-	return &completer{store: store, tel: telemetry.Disabled(), logger: logger}, ids, claimed
+	return &completer{store: store, tel: telemetry.Disabled(), logger: logger, flight: new(inflight)}, ids, claimed
+}
+
+// hand puts out in c's batch, as a computation hands it over, and returns the channel of its
+// answer.
+func hand(c *completer, out persistence.Outcome) chan error {
+	reply := make(chan error, 1)
+	o := &outcome{out: out, done: func(err error) { reply <- err }}
+	c.flight.add(o)
+	c.batch = append(c.batch, o)
+	return reply
+}
+
+// An outcome handed to a completer that stops before it takes it (protoactor drops what a stopped
+// actor's mailbox holds) is recorded all the same, alone; one handed after the stop is recorded
+// alone at once.
+func TestCompleterStopRecordsWhatItLeftBehind(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	g := graph.MustNew("left", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return nil, nil }),
+	})
+	c, _, claimed := completerSetup(ctx, t, g, 2, 0)
+	system := NewSystem(slog.New(slog.DiscardHandler))
+	t.Cleanup(system.Shutdown)
+	pid := system.Root.Spawn(completerProps(c.store, c.tel, c.logger, c.flight))
+	env := &computationEnv{store: c.store, flight: c.flight, system: system, completer: pid}
+	replies := make([]chan error, len(claimed))
+	outs := make([]*outcome, len(claimed))
+	for i, cl := range claimed {
+		replies[i] = make(chan error, 1)
+		outs[i] = &outcome{out: persistence.Outcome{C: cl, Result: json.RawMessage(`7`)}, ctx: ctx,
+			deadline: time.Now().Add(writeTimeout), done: func(err error) { replies[i] <- err }}
+	}
+	require.True(t, c.flight.add(outs[0])) // handed, but never sent: as if dropped from the mailbox
+	require.NoError(t, system.Root.PoisonFuture(pid).Wait())
+	require.False(t, c.flight.add(&outcome{}), "a stopped completer takes nothing")
+	env.hand(outs[1])
+	for i, reply := range replies {
+		select {
+		case err := <-reply:
+			require.NoError(t, err, "outcome %d", i)
+		case <-ctx.Done():
+			t.Fatalf("outcome %d was never answered", i)
+		}
+		ns, err := c.store.NodeState(ctx, claimed[i].ExecutionID, "y")
+		require.NoError(t, err)
+		require.Equal(t, persistence.StateSuccess, ns.Latest.State, "outcome %d", i)
+		require.JSONEq(t, `7`, string(ns.Value.Raw), "outcome %d", i)
+	}
 }

@@ -46,7 +46,8 @@ type Hooks struct {
 	// ComputationStarted is called from a computation's Started with its watchdog's PID.
 	ComputationStarted func(c *persistence.Computation, self, watchdog *actor.PID)
 	// ComputationFinished is called when a computation's function has returned and its outcome
-	// was recorded, or dropped ("claim lost: result dropped").
+	// was recorded, or dropped ("claim lost: result dropped"), often on the completer's
+	// goroutine: it must not block.
 	ComputationFinished func(c *persistence.Computation, outcome string)
 	// Heartbeating is called by the replica's heartbeats before each heartbeat statement,
 	// with the claims it extends.
@@ -71,10 +72,12 @@ type computationEnv struct {
 	orphaned   *atomic.Bool
 	heartbeats *actor.PID // the replica's heartbeats, with which the watchdogs register
 	completer  *actor.PID // records the outcomes
-	// completerDone is closed once the completer has stopped.
-	completerDone chan struct{}
-	system        *actor.ActorSystem
-	hooks         Hooks
+	// workers run the mailboxes of the computations and their watchdogs.
+	workers *workers
+	// flight are the outcomes handed to the completer and not answered yet.
+	flight *inflight
+	system *actor.ActorSystem
+	hooks  Hooks
 	// maxValueBytes caps the JSON encoding of a result.
 	maxValueBytes int
 	tel           *telemetry.Telemetry
@@ -101,6 +104,12 @@ type computation struct {
 	lost     atomic.Bool // set once the claim is lost: the goroutine then writes nothing
 	stopping bool
 	reason   string // why the actor ended; Terminated does not say
+	self     *actor.PID
+	// The attempt's span, its context and when it began: run sets them, and end, which runs once
+	// the outcome is recorded, ends the span.
+	span  trace.Span
+	ctx   context.Context
+	start time.Time
 	// returned tells the dispatcher, once, that the function has returned.
 	returned func()
 }
@@ -114,7 +123,7 @@ func spawnComputation(parent actor.SpawnerContext, env *computationEnv, c *persi
 		return &computation{
 			env: env, c: c, g: g, node: n,
 		}
-	}, actor.WithSupervisor(stopStrategy)))
+	}, actor.WithSupervisor(stopStrategy), actor.WithDispatcher(env.workers)))
 }
 
 // Receive implements actor.Actor.
@@ -129,19 +138,13 @@ func (a *computation) Receive(ctx actor.Context) {
 			h(a.c, ctx.Self(), a.watchdog)
 		}
 		system, self, parent := ctx.ActorSystem(), ctx.Self(), ctx.Parent()
+		a.self = self
 		a.returned = sync.OnceFunc(func() {
 			if parent != nil { // nil for a computation spawned alone, as tests do
 				system.Root.Send(parent, functionReturned{id: self.Id})
 			}
 		})
-		go func() {
-			defer a.env.running.Done()
-			reason := a.run(runCtx)
-			if h := a.env.hooks.ComputationFinished; h != nil {
-				h(a.c, reason)
-			}
-			system.Root.Send(self, finished{reason: reason})
-		}()
+		go a.run(runCtx)
 	case finished:
 		a.reason = msg.reason
 		ctx.Stop(ctx.Self())
@@ -187,43 +190,58 @@ func (a *computation) lose(reason string) {
 	a.log(slog.LevelWarn, "computation canceled", "reason", reason)
 }
 
-// run executes the function and records its outcome through the fenced store methods, in the
-// attempt's span, which links to the write that created the attempt. It returns what happened,
-// for the log.
-func (a *computation) run(ctx context.Context) string {
-	start := time.Now()
-	ctx, span := a.env.tel.Tracer.Start(ctx, "journey.attempt", trace.WithNewRoot(),
+// run executes the function, in the attempt's span, which links to the write that created the
+// attempt, and records its outcome through the fenced store methods. It returns once the outcome
+// is handed to the completer: the goroutine does not wait for its answer, and end runs once it
+// comes (see recorded).
+func (a *computation) run(ctx context.Context) {
+	a.start = time.Now()
+	a.ctx, a.span = a.env.tel.Tracer.Start(ctx, "journey.attempt", trace.WithNewRoot(),
 		trace.WithLinks(telemetry.Links(a.c.Traceparent)...))
-	defer span.End()
 	// The attributes are made only for a span that keeps them: a sampler sees the span's name and
 	// links, and a no-op tracer costs nothing more.
-	if span.IsRecording() {
-		span.SetAttributes(append(telemetry.NodeAttrs(a.g, a.c.Node), telemetry.KeyExecution.String(a.c.ExecutionID),
+	if a.span.IsRecording() {
+		a.span.SetAttributes(append(telemetry.NodeAttrs(a.g, a.c.Node), telemetry.KeyExecution.String(a.c.ExecutionID),
 			telemetry.KeyComputation.Int64(a.c.ID), telemetry.KeyAttempt.Int(a.c.Attempt), telemetry.KeyReplica.String(a.env.replicaID))...)
 	}
-	reason, outcome, err := a.attempt(ctx)
+	if p := a.attempt(a.ctx); p != nil {
+		a.submit(p)
+	}
+}
+
+// end ends the attempt here, once: reason is what happened, for the log; outcome is for the
+// metrics, "" if the attempt did not end here (it was released, or its outcome could not be
+// recorded and the sweeper will abandon it); err is recorded on the span. It tells the actor,
+// which then stops.
+func (a *computation) end(reason, outcome string, err error) {
 	if outcome != "" {
-		a.env.tel.Ran(ctx, a.g, a.c.Node, outcome, time.Since(start))
-		if span.IsRecording() {
-			span.SetAttributes(telemetry.KeyOutcome.String(outcome))
+		a.env.tel.Ran(a.ctx, a.g, a.c.Node, outcome, time.Since(a.start))
+		if a.span.IsRecording() {
+			a.span.SetAttributes(telemetry.KeyOutcome.String(outcome))
 		}
 	}
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, reason)
+		a.span.RecordError(err)
+		a.span.SetStatus(codes.Error, reason)
 	}
-	return reason
+	a.span.End()
+	if h := a.env.hooks.ComputationFinished; h != nil {
+		h(a.c, reason)
+	}
+	a.env.system.Root.Send(a.self, finished{reason: reason})
+	a.env.running.Done()
 }
 
-// attempt runs the function and records its outcome. It returns what happened, for the log; the
-// outcome for the metrics, "" if the attempt did not end here (it was released, or its outcome
-// could not be recorded and the sweeper will abandon it); and the error to record on the span.
-func (a *computation) attempt(ctx context.Context) (reason, outcome string, err error) {
+// attempt runs the function, and returns its outcome to record, or nil once it has ended the
+// attempt without one (the claim was lost, or the replica stops and released it).
+func (a *computation) attempt(ctx context.Context) *pendingOutcome {
 	if ctx.Err() != nil {
 		if a.lost.Load() {
-			return OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost
+			a.end(OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost)
+			return nil
 		}
-		return a.release() // the replica stops
+		a.end(a.release()) // the replica stops
+		return nil
 	}
 	vals := a.c.ClaimedValues()
 	used := persistence.Signature(a.node, vals)
@@ -232,7 +250,8 @@ func (a *computation) attempt(ctx context.Context) (reason, outcome string, err 
 		if a.env.base.Err() != nil && !a.lost.Load() {
 			// The replica stops: the function was interrupted, not failed. A result that it
 			// returned all the same is recorded below.
-			return a.release()
+			a.end(a.release())
+			return nil
 		}
 		return a.record(ctx, err, nil, nil)
 	}
@@ -267,53 +286,81 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 	}
 }
 
-// record writes the outcome, unless the claim is already known to be lost, and returns what
-// attempt returns. The write gets a context of its own so that a graceful stop still records
-// finished work; the fence rejects it if the claim was released or reclaimed meanwhile. A failed
-// write (the database restarting, say) is retried until it succeeds, the claim is lost, or
-// writeTimeout passes; one that the database refuses (persistence.Refused) is not.
-func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) (string, string, error) {
-	wctx, deadline := context.WithoutCancel(ctx), time.Now().Add(writeTimeout)
-	reason, outcome := "succeeded", telemetry.OutcomeSucceeded
+// pendingOutcome is an outcome on its way to the database, with what its attempt's end reports
+// once it is recorded.
+type pendingOutcome struct {
+	out      persistence.Outcome
+	ctx      context.Context // the write's: the attempt's span, without its cancellation
+	deadline time.Time       // after which a failed write is not tried again
+	wait     time.Duration   // before the next try, if this one fails
+	reason   string
+	outcome  string
+	cause    error
+}
+
+// record returns the outcome to write. The write gets a context of its own so that a graceful
+// stop still records finished work; the fence rejects it if the claim was released or reclaimed
+// meanwhile. A failed write (the database restarting, say) is tried again until it succeeds, the
+// claim is lost, or writeTimeout passes; one that the database refuses (persistence.Refused) is
+// not.
+func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) *pendingOutcome {
+	p := &pendingOutcome{ctx: context.WithoutCancel(ctx), deadline: time.Now().Add(writeTimeout), wait: 50 * time.Millisecond,
+		reason: "succeeded", outcome: telemetry.OutcomeSucceeded, cause: cause,
+		out: persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used, Span: trace.SpanContextFromContext(ctx)}}
 	if cause != nil {
-		reason, outcome = "failed: "+cause.Error(), telemetry.OutcomeFailed
+		p.reason, p.outcome = "failed: "+cause.Error(), telemetry.OutcomeFailed
 	}
-	o := persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used, Span: trace.SpanContextFromContext(ctx)}
 	a.returned() // the actor, and its watchdog, live on until the outcome is recorded
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		if a.lost.Load() {
-			return OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost
-		}
-		if a.env.orphaned.Load() {
-			return OutcomeOrphaned, "", nil
-		}
-		err := a.env.recordOutcome(wctx, deadline, o)
-		var refused *persistence.RecordedAsFailure
-		if errors.As(err, &refused) {
-			err, cause = nil, refused.Cause
-			reason, outcome = "failed: "+cause.Error(), telemetry.OutcomeFailed
-		}
-		switch {
-		case err == nil:
-			if cause != nil {
-				a.log(slog.LevelInfo, "attempt failed", "error", cause)
-			}
-			return reason, outcome, cause
-		case errors.Is(err, persistence.ErrClaimLost):
-			a.log(slog.LevelInfo, "result dropped: the claim was lost", "outcome", reason)
-			return OutcomeDropped, telemetry.OutcomeClaimLost, err
-		case persistence.Refused(err): // refused as it is, and as a failure: trying again cannot help
-			a.log(slog.LevelError, "the database refused the outcome; the sweeper will retry the attempt", "error", err)
-			return "recording failed: " + err.Error(), "", err
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			a.log(slog.LevelError, "recording the outcome failed for good; the sweeper will retry the attempt", "error", err)
-			return "recording failed: " + err.Error(), "", err
-		}
-		a.log(slog.LevelWarn, "recording the outcome failed; retrying", "error", err, "outcome", reason, "retry_in", min(wait, left))
-		time.Sleep(min(wait, left))
+	return p
+}
+
+// submit hands p to the completer, unless the claim is known to be lost or the replica no longer
+// waits for its attempts.
+func (a *computation) submit(p *pendingOutcome) {
+	switch {
+	case a.lost.Load():
+		a.end(OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost)
+	case a.env.orphaned.Load():
+		a.end(OutcomeOrphaned, "", nil)
+	default:
+		a.env.hand(&outcome{out: p.out, ctx: p.ctx, deadline: p.deadline, done: func(err error) { a.recorded(p, err) }})
 	}
+}
+
+// recorded takes the answer to p's write, on the goroutine that wrote it (the completer's): it ends the attempt, or
+// submits p again after a wait.
+func (a *computation) recorded(p *pendingOutcome, err error) {
+	var refused *persistence.RecordedAsFailure
+	if errors.As(err, &refused) {
+		err, p.cause = nil, refused.Cause
+		p.reason, p.outcome = "failed: "+p.cause.Error(), telemetry.OutcomeFailed
+	}
+	switch {
+	case err == nil:
+		if p.cause != nil {
+			a.log(slog.LevelInfo, "attempt failed", "error", p.cause)
+		}
+		a.end(p.reason, p.outcome, p.cause)
+		return
+	case errors.Is(err, persistence.ErrClaimLost):
+		a.log(slog.LevelInfo, "result dropped: the claim was lost", "outcome", p.reason)
+		a.end(OutcomeDropped, telemetry.OutcomeClaimLost, err)
+		return
+	case persistence.Refused(err): // refused as it is, and as a failure: trying again cannot help
+		a.log(slog.LevelError, "the database refused the outcome; the sweeper will retry the attempt", "error", err)
+		a.end("recording failed: "+err.Error(), "", err)
+		return
+	}
+	left := time.Until(p.deadline)
+	if left <= 0 {
+		a.log(slog.LevelError, "recording the outcome failed for good; the sweeper will retry the attempt", "error", err)
+		a.end("recording failed: "+err.Error(), "", err)
+		return
+	}
+	wait := min(p.wait, left)
+	p.wait = min(2*p.wait, 2*time.Second)
+	a.log(slog.LevelWarn, "recording the outcome failed; retrying", "error", err, "outcome", p.reason, "retry_in", wait)
+	time.AfterFunc(wait, func() { a.submit(p) })
 }
 
 // release hands the attempt back to AVAILABLE, at a stop, once its function has returned (or

@@ -162,8 +162,9 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		d.env.heartbeats = ctx.Spawn(heartbeatsProps(d.cfg.Store, d.cfg.ReplicaID, d.cfg.Logger, d.cfg.Hooks))
-		d.env.system, d.env.completerDone = ctx.ActorSystem(), make(chan struct{})
-		d.env.completer = ctx.Spawn(completerProps(d.cfg.Store, d.env.tel, d.cfg.Logger, d.env.completerDone))
+		d.env.system, d.env.flight = ctx.ActorSystem(), new(inflight)
+		d.env.completer = ctx.Spawn(completerProps(d.cfg.Store, d.env.tel, d.cfg.Logger, d.env.flight))
+		d.env.workers = newWorkers(computationWorkers)
 		d.timers = scheduler.NewTimerScheduler(ctx)
 		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
 		system, self := ctx.ActorSystem(), ctx.Self()
@@ -222,6 +223,8 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		d.cfg.Local.publish(0)
 		d.cancelPoll()
+	case *actor.Stopped: // the computations, its children, have stopped
+		d.env.workers.close()
 	}
 }
 
@@ -247,6 +250,10 @@ func (d *dispatcher) checkDrained(ctx actor.Context) {
 // alternated, 5,519 computations/s with 2 against 6,286 with 4, and in another round 6,472 with
 // 4 against 6,039 with 8; -duration 15s, 4,430 with 2 and 5,056 with 4.
 const claimedPerWorker = 4
+
+// computationWorkers is how many goroutines wait to run the mailboxes of a replica's computations
+// and watchdogs (see workers).
+const computationWorkers = 64
 
 // runOnce claims as many computations as there are free workers and spawns an actor for each,
 // through the gate, so that what it claims is spawned before the gate closes.

@@ -67,10 +67,11 @@ func setup(t *testing.T) *linked {
 	pids := make(chan [2]*actor.PID, 1)
 	beats := l.system.Root.Spawn(heartbeatsProps(l.store, "r1", logger, Hooks{}))
 	base, stop := context.WithCancel(context.Background()) // so that a failed test does not hang in its cleanup
-	done := make(chan struct{})
-	env := &computationEnv{store: l.store, replicaID: "r1", logger: logger, base: base, running: l.running, orphaned: new(atomic.Bool),
-		heartbeats: beats, system: l.system, completerDone: done, tel: telemetry.Disabled(),
-		completer: l.system.Root.Spawn(completerProps(l.store, telemetry.Disabled(), logger, done)),
+	flight, workers := new(inflight), newWorkers(2)
+	t.Cleanup(workers.close)
+	env := &computationEnv{workers: workers, store: l.store, replicaID: "r1", logger: logger, base: base, running: l.running, orphaned: new(atomic.Bool),
+		heartbeats: beats, system: l.system, flight: flight, tel: telemetry.Disabled(),
+		completer: l.system.Root.Spawn(completerProps(l.store, telemetry.Disabled(), logger, flight)),
 		hooks:     Hooks{ComputationStarted: func(_ *persistence.Computation, self, dog *actor.PID) { pids <- [2]*actor.PID{self, dog} }}}
 	_, n, _ := l.store.GraphOf(claimed[0])
 	spawnComputation(l.system.Root, env, claimed[0], g, n)

@@ -12,9 +12,12 @@ import (
 // no work: a parent spawns a computation actor, which spawns its watchdog as its child; the
 // watchdog registers with a heartbeats actor; the computation runs its function (nothing) in a
 // goroutine, sends the outcome to a completer, and stops, its watchdog unregistering; the parent
-// hears it end. b.N computations, 2,000 at a time, as bench's drain runs them.
+// hears it end. b.N computations, 2,000 at a time, as bench's drain runs them, their mailboxes on
+// a replica's workers.
 func BenchmarkActorPair(b *testing.B) {
 	system := NewSystem(slog.New(slog.DiscardHandler))
+	w := newWorkers(computationWorkers)
+	defer w.close()
 	sink := func() actor.Actor { return actor.ReceiveFunc(func(actor.Context) {}) }
 	beats := system.Root.Spawn(actor.PropsFromProducer(sink))
 	completer := system.Root.Spawn(actor.PropsFromProducer(sink))
@@ -28,7 +31,7 @@ func BenchmarkActorPair(b *testing.B) {
 		case *actor.Stopping:
 			ctx.Send(beats, unregisterClaim{})
 		}
-	})
+	}, actor.WithDispatcher(w))
 	compProps := actor.PropsFromFunc(func(ctx actor.Context) {
 		switch ctx.Message().(type) {
 		case *actor.Started:
@@ -39,7 +42,7 @@ func BenchmarkActorPair(b *testing.B) {
 			ctx.Send(completer, outcome{1})
 			ctx.Stop(ctx.Self())
 		}
-	}, actor.WithSupervisor(stopStrategy))
+	}, actor.WithSupervisor(stopStrategy), actor.WithDispatcher(w))
 	parent := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch ctx.Message().(type) {
 		case int:
