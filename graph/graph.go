@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"strings"
 )
@@ -104,6 +105,17 @@ func (g *Graph) Node(name string) (Node, bool) {
 // Order returns the node names in topological order: every node comes after the nodes its gate
 // references. Input nodes come first; otherwise ties are broken by definition order.
 func (g *Graph) Order() []string { return slices.Clone(g.order) }
+
+// InOrder yields the nodes in Order, copying nothing: the rules walk it on every write.
+func (g *Graph) InOrder() iter.Seq[Node] {
+	return func(yield func(Node) bool) {
+		for _, name := range g.order {
+			if !yield(g.nodes[g.index[name]]) {
+				return
+			}
+		}
+	}
+}
 
 // Downstream returns the names of the nodes whose gate references name directly, in Order.
 func (g *Graph) Downstream(name string) []string { return slices.Clone(g.downstream[name]) }

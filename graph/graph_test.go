@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,7 +37,13 @@ func TestOrderDownstreamUpstream(t *testing.T) {
 		for _, up := range n.Upstream() {
 			require.Less(t, pos[up], pos[n.Name()], "%s comes after its upstream %s", n.Name(), up)
 		}
+		require.Equal(t, n.Upstream(), slices.Collect(n.Upstreams()), n.Name())
 	}
+	var walked []string
+	for n := range g.InOrder() {
+		walked = append(walked, n.Name())
+	}
+	require.Equal(t, g.Order(), walked)
 
 	require.Equal(t, []string{"discount", "total", "history"}, g.Downstream("cart"))
 	require.Equal(t, []string{"receipt"}, g.Downstream("total"))

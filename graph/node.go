@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"time"
 )
@@ -123,6 +124,9 @@ func (n Node) Targets() []string { return slices.Clone(n.targets) }
 // Upstream returns the sorted, deduplicated names of the nodes the gate references. It is nil
 // for input nodes.
 func (n Node) Upstream() []string { return slices.Clone(n.upstream) }
+
+// Upstreams yields the names Upstream returns, copying nothing.
+func (n Node) Upstreams() iter.Seq[string] { return slices.Values(n.upstream) }
 
 // Settings returns the node's options, with defaults in place of those not given.
 func (n Node) Settings() Settings { return n.opts.settings }

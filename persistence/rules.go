@@ -63,12 +63,10 @@ func (st *execState) setValues(set Setting) (int64, error) {
 // An archived execution gets no new computations; Unarchive advances it again. A gate that panics
 // fails its node, and the others advance as usual.
 func (st *execState) advance() error {
-	order := st.g.Order()
 	for again := true; again; {
 		again = false
 		due := st.dueView()
-		for _, name := range order {
-			n, _ := st.g.Node(name)
+		for n := range st.g.InOrder() {
 			changed, err := st.advanceNode(n, due)
 			if err != nil {
 				if panicked := (*gatePanic)(nil); errors.As(err, &panicked) {
@@ -550,7 +548,7 @@ func (st *execState) recordHistory(n graph.Node) (bool, error) {
 		}
 	}
 	var added []HistoryEntry
-	for _, up := range n.Upstream() {
+	for up := range n.Upstreams() {
 		v, ok := st.values[up]
 		if !ok || v.Revision <= seen.Seen[up] {
 			continue

@@ -493,7 +493,7 @@ func (sig signature) equal(other signature) bool {
 // Signature returns the revisions of n's upstream nodes that are set in vals.
 func Signature(n graph.Node, vals graph.Values) map[string]int64 {
 	sig := signature{}
-	for _, up := range n.Upstream() {
+	for up := range n.Upstreams() {
 		if v, ok := vals[up]; ok {
 			sig[up] = v.Revision
 		}
