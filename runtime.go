@@ -350,7 +350,7 @@ func (r *Runtime) beat() { r.lastBeat.Store(time.Now().UnixNano()) }
 // graph's, in a goroutine of their own.
 func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 	n, _ := g.Node(e.Node)
-	fns := []func(context.Context, graph.SaveEvent){n.Settings().OnSave, g.OnSave()}
+	nodeFn, graphFn := n.Settings().OnSave, g.OnSave()
 	r.saves.Add(1)
 	go func() {
 		defer func() {
@@ -362,7 +362,7 @@ func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), onSaveTimeout)
 		defer cancel()
-		for _, fn := range fns {
+		for _, fn := range [...]func(context.Context, graph.SaveEvent){nodeFn, graphFn} {
 			if fn == nil {
 				continue
 			}

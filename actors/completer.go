@@ -25,7 +25,8 @@ const maxCompleterBatch = 500
 // done, once, on its own goroutine: no goroutine waits for the answer.
 type outcome struct {
 	out persistence.Outcome
-	// ctx and deadline are for a write alone, once the completer has stopped.
+	// ctx and deadline are for a write alone, once the completer has stopped: ctx is the
+	// attempt's, whose cancellation the write ignores.
 	ctx      context.Context
 	deadline time.Time
 	done     func(error)
@@ -34,7 +35,7 @@ type outcome struct {
 
 // alone records o in a transaction of its own, by its deadline, and answers it.
 func (o *outcome) alone(store *persistence.Store) {
-	ctx, cancel := context.WithDeadline(o.ctx, o.deadline)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(o.ctx), o.deadline)
 	defer cancel()
 	o.answer(store.RecordAlone(ctx, o.out))
 }

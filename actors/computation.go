@@ -107,11 +107,18 @@ type computation struct {
 	self     *actor.PID
 	// The attempt's span, its context and when it began: run sets them, and end, which runs once
 	// the outcome is recorded, ends the span.
-	span  trace.Span
-	ctx   context.Context
-	start time.Time
-	// returned tells the dispatcher, once, that the function has returned.
-	returned func()
+	span     trace.Span
+	ctx      context.Context
+	start    time.Time
+	parent   *actor.PID // nil for a computation spawned alone, as tests do
+	returned atomic.Bool
+}
+
+// tellReturned tells the dispatcher, once, that the function has returned.
+func (a *computation) tellReturned() {
+	if a.returned.CompareAndSwap(false, true) && a.parent != nil {
+		a.env.system.Root.Send(a.parent, functionReturned{id: a.self.Id})
+	}
 }
 
 // spawnComputation spawns the actor of a claimed attempt. The attempt counts as running from
@@ -137,13 +144,7 @@ func (a *computation) Receive(ctx actor.Context) {
 		if h := a.env.hooks.ComputationStarted; h != nil {
 			h(a.c, ctx.Self(), a.watchdog)
 		}
-		system, self, parent := ctx.ActorSystem(), ctx.Self(), ctx.Parent()
-		a.self = self
-		a.returned = sync.OnceFunc(func() {
-			if parent != nil { // nil for a computation spawned alone, as tests do
-				system.Root.Send(parent, functionReturned{id: self.Id})
-			}
-		})
+		a.self, a.parent = ctx.Self(), ctx.Parent()
 		go a.run(runCtx)
 	case finished:
 		a.reason = msg.reason
@@ -196,8 +197,7 @@ func (a *computation) lose(reason string) {
 // comes (see recorded).
 func (a *computation) run(ctx context.Context) {
 	a.start = time.Now()
-	a.ctx, a.span = a.env.tel.Tracer.Start(ctx, "journey.attempt", trace.WithNewRoot(),
-		trace.WithLinks(telemetry.Links(a.c.Traceparent)...))
+	a.ctx, a.span = a.env.tel.Tracer.Start(ctx, "journey.attempt", spanOptions(a.c.Traceparent)...)
 	// The attributes are made only for a span that keeps them: a sampler sees the span's name and
 	// links, and a no-op tracer costs nothing more.
 	if a.span.IsRecording() {
@@ -207,6 +207,18 @@ func (a *computation) run(ctx context.Context) {
 	if p := a.attempt(a.ctx); p != nil {
 		a.submit(p)
 	}
+}
+
+// rootSpan is the options of an attempt's span whose creation was not traced.
+var rootSpan = []trace.SpanStartOption{trace.WithNewRoot()}
+
+// spanOptions are the options of an attempt's span: a new root, linked to the write that created
+// the attempt, if it was traced.
+func spanOptions(traceparent *string) []trace.SpanStartOption {
+	if links := telemetry.Links(traceparent); links != nil {
+		return []trace.SpanStartOption{trace.WithNewRoot(), trace.WithLinks(links...)}
+	}
+	return rootSpan
 }
 
 // end ends the attempt here, once: reason is what happened, for the log; outcome is for the
@@ -289,13 +301,11 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 // pendingOutcome is an outcome on its way to the database, with what its attempt's end reports
 // once it is recorded.
 type pendingOutcome struct {
-	out      persistence.Outcome
-	ctx      context.Context // the write's: the attempt's span, without its cancellation
-	deadline time.Time       // after which a failed write is not tried again
-	wait     time.Duration   // before the next try, if this one fails
-	reason   string
-	outcome  string
-	cause    error
+	outcome
+	wait   time.Duration // before the next try, if this one fails
+	reason string
+	metric string // the outcome for the metrics
+	cause  error
 }
 
 // record returns the outcome to write. The write gets a context of its own so that a graceful
@@ -304,13 +314,14 @@ type pendingOutcome struct {
 // claim is lost, or writeTimeout passes; one that the database refuses (persistence.Refused) is
 // not.
 func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) *pendingOutcome {
-	p := &pendingOutcome{ctx: context.WithoutCancel(ctx), deadline: time.Now().Add(writeTimeout), wait: 50 * time.Millisecond,
-		reason: "succeeded", outcome: telemetry.OutcomeSucceeded, cause: cause,
-		out: persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used, Span: trace.SpanContextFromContext(ctx)}}
+	p := &pendingOutcome{wait: 50 * time.Millisecond, reason: "succeeded", metric: telemetry.OutcomeSucceeded, cause: cause}
+	p.outcome = outcome{ctx: ctx, deadline: time.Now().Add(writeTimeout),
+		out:  persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used, Span: trace.SpanContextFromContext(ctx)},
+		done: func(err error) { a.recorded(p, err) }}
 	if cause != nil {
-		p.reason, p.outcome = "failed: "+cause.Error(), telemetry.OutcomeFailed
+		p.reason, p.metric = "failed: "+cause.Error(), telemetry.OutcomeFailed
 	}
-	a.returned() // the actor, and its watchdog, live on until the outcome is recorded
+	a.tellReturned() // the actor, and its watchdog, live on until the outcome is recorded
 	return p
 }
 
@@ -323,24 +334,26 @@ func (a *computation) submit(p *pendingOutcome) {
 	case a.env.orphaned.Load():
 		a.end(OutcomeOrphaned, "", nil)
 	default:
-		a.env.hand(&outcome{out: p.out, ctx: p.ctx, deadline: p.deadline, done: func(err error) { a.recorded(p, err) }})
+		p.answered.Store(false) // a try again
+		a.env.hand(&p.outcome)
 	}
 }
 
-// recorded takes the answer to p's write, on the goroutine that wrote it (the completer's): it ends the attempt, or
-// submits p again after a wait.
+// recorded takes the answer to p's write, on the goroutine that wrote it (the completer's): it
+// ends the attempt, or submits p again after a wait.
 func (a *computation) recorded(p *pendingOutcome, err error) {
-	var refused *persistence.RecordedAsFailure
-	if errors.As(err, &refused) {
-		err, p.cause = nil, refused.Cause
-		p.reason, p.outcome = "failed: "+p.cause.Error(), telemetry.OutcomeFailed
+	if err != nil {
+		if refused := (*persistence.RecordedAsFailure)(nil); errors.As(err, &refused) {
+			err, p.cause = nil, refused.Cause
+			p.reason, p.metric = "failed: "+p.cause.Error(), telemetry.OutcomeFailed
+		}
 	}
 	switch {
 	case err == nil:
 		if p.cause != nil {
 			a.log(slog.LevelInfo, "attempt failed", "error", p.cause)
 		}
-		a.end(p.reason, p.outcome, p.cause)
+		a.end(p.reason, p.metric, p.cause)
 		return
 	case errors.Is(err, persistence.ErrClaimLost):
 		a.log(slog.LevelInfo, "result dropped: the claim was lost", "outcome", p.reason)
@@ -368,7 +381,7 @@ func (a *computation) recorded(p *pendingOutcome, err error) {
 // attempt whose function returns after the stop stopped waiting writes nothing: it stays RUNNING
 // until its heartbeat deadline passes, as a crashed replica's would.
 func (a *computation) release() (string, string, error) {
-	a.returned()
+	a.tellReturned()
 	if a.env.orphaned.Load() {
 		return OutcomeOrphaned, "", nil
 	}

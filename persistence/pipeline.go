@@ -229,7 +229,7 @@ func scanAll[T any](rows pgx.Rows) ([]*T, error) {
 	for i, col := range rows.FieldDescriptions() {
 		t := reflect.TypeFor[T]().FieldByIndex(paths[i]).Type
 		raw[i] = t == reflect.TypeFor[json.RawMessage]()
-		if interned[col.Name] && t.Kind() == reflect.String {
+		if interned[col.Name] && (t.Kind() == reflect.String || t == reflect.TypeFor[pgtype.Text]()) {
 			names[i] = &internedText{}
 			targets[i] = names[i]
 		}
@@ -240,7 +240,7 @@ func scanAll[T any](rows pgx.Rows) ([]*T, error) {
 		for i, path := range paths {
 			switch {
 			case names[i] != nil:
-				names[i].to = rv.FieldByIndex(path).Addr().Interface().(*string)
+				names[i].to = rv.FieldByIndex(path).Addr().Interface()
 			case raw[i]:
 				targets[i] = (*[]byte)(rv.FieldByIndex(path).Addr().Interface().(*json.RawMessage))
 			default:
@@ -257,17 +257,24 @@ func scanAll[T any](rows pgx.Rows) ([]*T, error) {
 
 // interned are the columns whose few values are read again and again: scanAll reads them into
 // one string per value, not a string per row (a tenth of a drain's allocations were strings).
-var interned = map[string]bool{"node": true, "graph_key": true, "state": true, "graph_name": true, "graph_version": true}
+var interned = map[string]bool{"node": true, "graph_key": true, "state": true, "graph_name": true, "graph_version": true,
+	"replica_id": true}
 
-// internedText scans a text column into *to, as the one string of its value.
-type internedText struct{ to *string }
+// internedText scans a text column into to, a *string or a *pgtype.Text, as the one string of
+// its value.
+type internedText struct{ to any }
 
 // ScanBytes implements pgtype.BytesScanner.
 func (t *internedText) ScanBytes(b []byte) error {
-	if b == nil {
-		return errors.New("NULL in a column of a string")
+	switch to := t.to.(type) {
+	case *pgtype.Text:
+		*to = pgtype.Text{String: intern(b), Valid: b != nil}
+	case *string:
+		if b == nil {
+			return errors.New("NULL in a column of a string")
+		}
+		*to = intern(b)
 	}
-	*t.to = intern(b)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/internal/pgtest"
@@ -58,8 +59,9 @@ func TestScanAllMapsColumnsByName(t *testing.T) {
 	require.Empty(t, got)
 }
 
-// A column of few values (a node's name, a state) is read into one string per value, not one per
-// row, and reads what each row holds; a NULL in it is an error, as for any string field.
+// A column of few values (a node's name, a state, a replica) is read into one string per value,
+// not one per row, and reads what each row holds; a NULL in it is an error, as for any string
+// field, unless the field is a pgtype.Text.
 func TestScanAllInternsNames(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -84,6 +86,17 @@ func TestScanAllInternsNames(t *testing.T) {
 	require.NoError(t, err)
 	_, err = scanAll[row](rows)
 	require.ErrorContains(t, err, "NULL")
+
+	// A nullable one is read as pgtype.Text: NULL is not Valid.
+	type nullable struct {
+		ReplicaID pgtype.Text `db:"replica_id"`
+	}
+	rows, err = conn.Query(ctx, `SELECT CASE WHEN g = 2 THEN NULL ELSE 'r1' END AS replica_id FROM generate_series(1, 3) g ORDER BY g`)
+	require.NoError(t, err)
+	texts, err := scanAll[nullable](rows)
+	require.NoError(t, err)
+	require.Equal(t, []*nullable{{pgtype.Text{String: "r1", Valid: true}}, {}, {pgtype.Text{String: "r1", Valid: true}}}, texts)
+	require.Same(t, unsafe.StringData(texts[0].ReplicaID.String), unsafe.StringData(texts[2].ReplicaID.String))
 }
 
 // A column reaches PostgreSQL whole, in the binary protocol and as an array literal in the

@@ -124,8 +124,8 @@ func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
 		return false, err
 	}
 	latest := st.latest[name]
-	sig := signature(Signature(n, due))
-	if latest != nil && latest.active() && st.made[name] && !sameSignature(latest.ComputedWith, sig) {
+	same := latest != nil && computedWith(latest.ComputedWith, n, due)
+	if latest != nil && latest.active() && st.made[name] && !same {
 		// An attempt that an earlier advance of this write made, which no one has seen, is made
 		// again from the values as they are now: a batch of outcomes, recorded one by one, makes
 		// its node's attempt once, from all of them.
@@ -135,7 +135,7 @@ func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
 	if st.exec.ArchivedAt != nil || latest != nil && latest.active() {
 		return false, nil
 	}
-	if latest != nil && sameSignature(latest.ComputedWith, sig) {
+	if latest != nil && same {
 		if latest.failedForGood() {
 			return false, nil // its attempts at these upstream revisions are used up
 		}
@@ -145,7 +145,7 @@ func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
 			return false, nil
 		}
 	}
-	if _, err := st.insertComputation(n, 1, sig, 0); err != nil {
+	if _, err := st.insertComputation(n, 1, signature(Signature(n, due)), 0); err != nil {
 		return false, err
 	}
 	if st.made == nil {

@@ -313,6 +313,40 @@ func TestParseSignatureReadsTheWrittenFormsByHand(t *testing.T) { // not paralle
 	require.True(t, sameSignature(`{"a\"b": 1}`, signature{`a"b`: 1}), "a signature read by json.Unmarshal compares too")
 }
 
+// A signature is written as json.Marshal writes it, in one allocation when its names are plain.
+func TestSignatureStringIsJSON(t *testing.T) { // not parallel: AllocsPerRun
+	many := signature{}
+	for i := range 12 {
+		many[fmt.Sprintf("n%02d", i)] = int64(i * 1000)
+	}
+	for _, sig := range []signature{{}, {"x": 1}, {"b": -7, "a": 9223372036854775807, "c": 0}, many,
+		{"a<b": 1, "q\"": 2}, {"é": 3, "tab\t": 4}, {"a&b": 5, `back\slash`: 6}} {
+		want, err := json.Marshal(map[string]int64(sig))
+		require.NoError(t, err)
+		require.Equal(t, string(want), sig.String())
+	}
+	plain := signature{"upstream": 42, "x": 1}
+	require.LessOrEqual(t, testing.AllocsPerRun(100, func() { _ = plain.String() }), 1.0)
+}
+
+// computedWith answers what comparing with the node's signature answers, without making it.
+func TestComputedWithComparesWithoutMakingTheSignature(t *testing.T) { // not parallel: AllocsPerRun
+	g := graph.MustNew("sig", "v1", []graph.Node{
+		graph.Input("a"), graph.Input("b"), graph.Input("c"),
+		graph.Compute("d", graph.Or(graph.Needs("a"), graph.Needs("b")), noop),
+	})
+	d, _ := g.Node("d")
+	vals := graph.Values{"a": {Revision: 5}, "b": {Revision: 7}, "c": {Revision: 9}}
+	for _, s := range []string{`{"a":5,"b":7}`, `{"b": 7, "a": 5}`, `{"a":5}`, `{"a":5,"b":6}`, `{"a":5,"b":7,"c":9}`,
+		`{}`, `{"a":5,"c":7}`, `{"a\"": 5}`, `{"a":5,"b":7.0}`} {
+		require.Equal(t, sameSignature(s, Signature(d, vals)), computedWith(s, d, vals), s)
+	}
+	require.True(t, computedWith(`{"a":5,"b":7}`, d, vals))
+	require.False(t, computedWith(`{"a":5,"b":7}`, d, graph.Values{"a": {Revision: 5}}), "b has no value now")
+	require.True(t, computedWith(`{"a":5}`, d, graph.Values{"a": {Revision: 5}, "c": {Revision: 1}}), "c is not upstream")
+	require.Zero(t, testing.AllocsPerRun(100, func() { computedWith(`{"a":5,"b":7}`, d, vals) }))
+}
+
 // A row whose attempt stays the one loaded, claimed as it was, is written by nodeOutcomeQuery,
 // which leaves the claim's and the heartbeats' columns alone; any other change, a new attempt,
 // a claim, or a moved deadline, writes the whole row.

@@ -3,6 +3,7 @@ package persistence
 import (
 	"encoding/json"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -123,9 +124,32 @@ func newState(e Execution, g *graph.Graph, now time.Time, rows []*nodeRow) *exec
 // graphKey is the GraphKey of the execution's graph, made once.
 func (st *execState) graphKey() string {
 	if st.key == "" {
-		st.key = GraphKey(st.exec.GraphName, st.exec.GraphVersion)
+		st.key = internedKey(st.exec.GraphName, st.exec.GraphVersion)
 	}
 	return st.key
+}
+
+// graphKeys are the GraphKeys internedKey has made, at most maxInterned of them.
+var graphKeys = struct {
+	sync.RWMutex
+	m map[[2]string]string
+}{m: map[[2]string]string{}}
+
+// internedKey returns GraphKey(name, version), made once for each graph version.
+func internedKey(name, version string) string {
+	graphKeys.RLock()
+	key, ok := graphKeys.m[[2]string{name, version}]
+	graphKeys.RUnlock()
+	if ok {
+		return key
+	}
+	key = GraphKey(name, version)
+	graphKeys.Lock()
+	if len(graphKeys.m) < maxInterned {
+		graphKeys.m[[2]string{name, version}] = key
+	}
+	graphKeys.Unlock()
+	return key
 }
 
 // keepsAttempt reports whether node's row, loaded, keeps its attempt through the write: the same
