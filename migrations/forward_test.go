@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -359,9 +360,19 @@ func loadRows(t *testing.T, db *sql.DB, schema string, rows map[string]json.RawM
 		name := pgx.Identifier{schema, table}.Sanitize()
 		_, err := db.ExecContext(t.Context(), "DELETE FROM "+name)
 		require.NoError(t, err, table)
-		_, err = db.ExecContext(t.Context(), "INSERT INTO "+name+" SELECT * FROM json_populate_recordset(NULL::"+name+", $1)",
-			string(rows[table]))
-		require.NoError(t, err, table)
+		// The fixture's columns, by name: a column added since gets its default.
+		var written []map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(rows[table], &written), table)
+		if len(written) > 0 {
+			var cols []string
+			for _, col := range slices.Sorted(maps.Keys(written[0])) {
+				cols = append(cols, pgx.Identifier{col}.Sanitize())
+			}
+			list := strings.Join(cols, ", ")
+			_, err = db.ExecContext(t.Context(), "INSERT INTO "+name+" ("+list+") SELECT "+list+
+				" FROM json_populate_recordset(NULL::"+name+", $1)", string(rows[table]))
+			require.NoError(t, err, table)
+		}
 		var seq sql.NullString
 		err = db.QueryRowContext(t.Context(), `SELECT pg_get_serial_sequence($1, column_name) FROM information_schema.columns
 			WHERE table_schema = $2 AND table_name = $3 AND column_name = 'id'`, name, schema, table).Scan(&seq)

@@ -382,7 +382,9 @@ func (s *soak) drain(t *testing.T) bool {
 	t.Helper()
 	start := time.Now()
 	least, progress := -1, start // the least left so far, and when it was reached
-	for {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for ; ; <-tick.C {
 		var left leftover
 		err := s.query(&left, `SELECT
 			(SELECT count(*) FROM {s}.computations WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING')) AS computations,
@@ -400,7 +402,6 @@ func (s *soak) drain(t *testing.T) bool {
 				time.Since(start).Round(time.Second), time.Since(progress).Round(time.Second), left.Computations, left.Ticks, left.Deliveries, err)
 			return false
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
 }
 
