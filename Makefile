@@ -16,6 +16,9 @@
 #   make soak     3 replica processes under load for 10 minutes, with kills, a freeze and a
 #                 PostgreSQL restart, then an audit of the database (`make test` runs 60 seconds
 #                 of it); JOURNEY_SOAK_DURATION and JOURNEY_SOAK_RATE (executions/s) change it
+#   make test-citus  the onboarding example, the core runtime tests and a replica's SIGKILL on a
+#                 throwaway Citus cluster, built from ../shared/tools into .tools/citus when missing
+#                 (scripts/test-citus.sh); .ci/run runs it
 #   make example  the onboarding example
 #   make fuzz     each fuzz test for FUZZTIME (default 1m): graph validation, value decoding, and
 #                 the checks and parsers of what callers, CLI flags and dashboard queries give;
@@ -27,7 +30,7 @@ GO ?= go
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test test-packages test-process lint bench bench-table bench-river chaos soak example fuzz
+.PHONY: test test-packages test-process test-citus lint bench bench-table bench-river chaos soak example fuzz
 
 # PROCESS_TESTS start replicas as processes of their own (SIGKILL, SIGSTOP, restarts). They run
 # after the other packages, not beside them, so that their processes get the machine's cores:
@@ -49,6 +52,9 @@ test-packages:
 
 test-process:
 	$(GO) test -race -count=1 -p 1 -timeout 15m $(PROCESS_TESTS)
+
+test-citus:
+	GO=$(GO) bash scripts/test-citus.sh
 
 # golangci-lint is pinned, and built from the Go module proxy into bin/ (git-ignored) when the
 # binary there is missing or another version. On two cores its first build takes minutes (measured:

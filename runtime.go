@@ -260,7 +260,11 @@ func sessionSettings(params map[string]string, idleInTx time.Duration) func(cont
 		// the check could say why.
 		announced := int64(conn.PgConn().PID())
 		var pid int64
-		err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), (SELECT count(set_config(n, v, false))
+		// On a server that loads Citus, plans stay PostgreSQL's choice: Citus plans a generic plan
+		// of a statement that passes a parameter to a function (unnest($1)) with no distributed
+		// plan, and fails it.
+		err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), (SELECT count(set_config(n, CASE WHEN n = 'plan_cache_mode'
+				AND current_setting('citus.shard_count', true) IS NOT NULL THEN 'auto' ELSE v END, false))
 			FROM unnest($1::text[], $2::text[]) AS s(n, v) WHERE pg_backend_pid() = $3::bigint)`,
 			pgx.QueryExecModeSimpleProtocol, names, values, announced).Scan(&pid, nil)
 		switch {

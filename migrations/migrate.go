@@ -51,8 +51,11 @@ func (s source) name() string { return s.number + "_" + s.comment }
 // find nothing left to do. It works through a transaction pooler too. db must allow at least two
 // open connections.
 //
-// Migrate returns the names ("0001_core", ...) of the migrations this call applied: none if
-// the schema was up to date. A migration that fails is rolled back and not marked as applied;
+// On a database with the citus extension, Migrate then distributes the per-execution tables by
+// lane (see Distributed), once.
+//
+// Migrate returns the names ("0001_core", ...) of the migrations this call applied, and "citus"
+// if it distributed the tables: none if the schema was up to date. A migration that fails is rolled back and not marked as applied;
 // Migrate returns the names of those applied before it, and the error. A nil logger discards
 // the log.
 func Migrate(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger) ([]string, error) {
@@ -155,6 +158,18 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 	if err != nil {
 		return applied, fmt.Errorf("migrating schema %s: %w", schema, err)
 	}
+	present, distributed, err := citus(ctx, db, schema)
+	if err != nil {
+		return applied, fmt.Errorf("migrating schema %s: looking for Citus: %w", schema, err)
+	}
+	if present && !distributed {
+		began := time.Now()
+		if err := distribute(ctx, db, schema); err != nil {
+			return applied, err
+		}
+		logger.Info("distributed the tables by lane on Citus", "elapsed", time.Since(began).Round(time.Millisecond))
+		applied = append(applied, "citus")
+	}
 	if len(applied) == 0 {
 		logger.Debug("schema is up to date")
 	}
@@ -182,7 +197,14 @@ func upToDate(ctx context.Context, db *bun.DB, schema string, sources []source) 
 	if err != nil {
 		return false, fmt.Errorf("migrating schema %s: reading its applied migrations: %w", schema, err)
 	}
-	return applied == len(names), nil
+	if applied < len(names) {
+		return false, nil
+	}
+	present, distributed, err := citus(ctx, db, schema)
+	if err != nil {
+		return false, fmt.Errorf("migrating schema %s: looking for Citus: %w", schema, err)
+	}
+	return !present || distributed, nil
 }
 
 // Grant gives role what a replica, the CLI's commands and the dashboard need in schema, and no

@@ -84,21 +84,43 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 	err := s.inTxn(ctx, s.workDB(), func(ctx context.Context, t *txn) error {
 		t.claim = true
 		type picked struct {
-			Lane        int16  `db:"lane"`
-			ExecutionID string `db:"execution_id"`
-			Node        string `db:"node"`
+			Lane        int16     `db:"lane"`
+			ExecutionID string    `db:"execution_id"`
+			Node        string    `db:"node"`
+			RunAt       time.Time `db:"run_at"`
+			AttemptID   int64     `db:"attempt_id"`
 		}
 		var picks []*picked
-		err := t.send(ctx, step{s.q(`SELECT l.lane, l.execution_id, l.node FROM unnest($1::text[]) AS k(graph_key)
+		pick := func(pin string) string {
+			return s.q(`SELECT l.lane, l.execution_id, l.node, l.run_at, l.attempt_id FROM unnest($1::text[]) AS k(graph_key)
 			CROSS JOIN LATERAL (
 				SELECT n.lane, n.execution_id, n.node, n.run_at, n.attempt_id
 				FROM {s}.nodes n JOIN {s}.executions e ON e.lane = n.lane AND e.id = n.execution_id
-				WHERE n.state = 'AVAILABLE' AND n.graph_key = k.graph_key AND e.archived_at IS NULL
+				WHERE n.state = 'AVAILABLE' AND n.graph_key = k.graph_key AND e.archived_at IS NULL` + pin + `
 				ORDER BY n.run_at, n.attempt_id LIMIT ` + strconv.Itoa(window) + `
 				FOR UPDATE OF n, e SKIP LOCKED) l
-			ORDER BY l.run_at, l.attempt_id LIMIT $2`), []any{s.keys, limit}, collect(&picks)})
+			ORDER BY l.run_at, l.attempt_id LIMIT $2`)
+		}
+		steps := []step{{pick(""), []any{s.keys, limit}, collect(&picks)}}
+		if s.citus { // a pick a lane with work
+			lanes, err := s.lanesWith(ctx, t, `SELECT lane FROM {s}.nodes WHERE state = 'AVAILABLE' AND graph_key IN (?)`, bun.List(s.keys))
+			if err != nil || len(lanes) == 0 {
+				return err
+			}
+			steps = steps[:0]
+			for _, lane := range lanes {
+				steps = append(steps, step{pick(" AND n.lane = $3 AND e.lane = $3"), []any{s.keys, limit, lane}, collect(&picks)})
+			}
+		}
+		err := t.send(ctx, steps...)
 		if err != nil || len(picks) == 0 {
 			return err
+		}
+		if len(steps) > 1 {
+			slices.SortFunc(picks, func(a, b *picked) int {
+				return cmp.Or(a.RunAt.Compare(b.RunAt), cmp.Compare(a.AttemptID, b.AttemptID))
+			})
+			picks = picks[:min(len(picks), limit)]
 		}
 		// The claimed attempts of an execution take its next revisions, in the order of their nodes.
 		slices.SortFunc(picks, func(a, b *picked) int {
@@ -112,25 +134,28 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 			}
 		}
 		// The claim and the read go with the COMMIT.
-		t.tail = append(t.tail,
-			step{s.q(`WITH t AS (SELECT coalesce($6::timestamptz, statement_timestamp()) AS now)
+		for i, j := 0, 0; i < len(picks); i = j {
+			j = s.runEnd(lanes, i)
+			t.tail = append(t.tail,
+				step{s.q(`WITH t AS (SELECT coalesce($6::timestamptz, statement_timestamp()) AS now)
 				UPDATE {s}.nodes n
 				SET state = 'RUNNING', replica_id = $5, claim_token = c.token::uuid, claimed_at = t.now,
 					deadline = t.now + n.abandon_after_ms * interval '1 millisecond',
 					heartbeat_deadline = t.now + n.heartbeat_timeout_ms * interval '1 millisecond',
 					last_heartbeat_at = t.now, changed_at = t.now,
 					rev = c.rank + greatest(
-						(SELECT e.revision FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id),
-						(SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = c.lane AND m.execution_id = c.execution_id))
+						(SELECT e.revision FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id` + s.pinned("e", "$1") + `),
+						(SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = c.lane AND m.execution_id = c.execution_id` + s.pinned("m", "$1") + `))
 				FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $7::integer[]) AS c(lane, execution_id, node, token, rank), t
-				WHERE n.lane = c.lane AND n.execution_id = c.execution_id AND n.node = c.node
+				WHERE n.lane = c.lane AND n.execution_id = c.execution_id AND n.node = c.node` + s.pinned("n", "$1") + `
 				RETURNING ` + claimColumns),
-				[]any{lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil(), ranks}, collect(&rows)},
-			// One row a value: arrays of them, aggregated by execution, were decoded by reflection,
-			// an allocation or more an element (8% of a drain's allocations).
-			step{s.q(`SELECT n.execution_id, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM ` +
-				executionKeys("$1", "$2") + ` k JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id
-				WHERE n.value_rev IS NOT NULL`), []any{lanes, ids}, collect(&values)})
+					[]any{lanes[i:j], ids[i:j], nodes[i:j], tokens[i:j], replicaID, s.clock.NowOrNil(), ranks[i:j]}, collect(&rows)},
+				// One row a value: arrays of them, aggregated by execution, were decoded by reflection,
+				// an allocation or more an element (8% of a drain's allocations).
+				step{s.q(`SELECT n.execution_id, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM ` +
+					executionKeys("$1", "$2") + ` k JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id
+				WHERE n.value_rev IS NOT NULL` + s.pinned("n", "$1")), []any{lanes[i:j], ids[i:j]}, collect(&values)})
+		}
 		return nil
 	})
 	if err != nil {
@@ -244,6 +269,9 @@ const (
 // every running attempt through nodes_running_replica_idx instead (on statistics of a few
 // running rows, that is the cheaper plan, and it stays cached as they grow).
 func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef) (map[int64]Beat, error) {
+	if s.citus { // a statement a lane
+		refs = slices.SortedStableFunc(slices.Values(refs), func(a, b ClaimRef) int { return cmp.Compare(a.Lane, b.Lane) })
+	}
 	lanes, ids, nodes, tokens := refColumns(refs)
 	type beat struct {
 		ID    int64  `db:"id"`
@@ -252,25 +280,33 @@ func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef
 	}
 	var beats []*beat
 	err := withPgx(ctx, s.heartbeatDB(), func(pg *pgx.Conn) error {
-		rows, err := pg.Query(ctx, s.q(`WITH t AS (SELECT coalesce($6::timestamptz, now()) AS now),
+		for i, j := 0, 0; i < len(lanes); i = j {
+			j = s.runEnd(lanes, i)
+			rows, err := pg.Query(ctx, s.q(`WITH t AS (SELECT coalesce($6::timestamptz, now()) AS now),
 			r AS (SELECT lane, execution_id, node, token FROM unnest($1::smallint[], $2::text[], $3::text[], $4::uuid[]) AS r(lane, execution_id, node, token)),
 			held AS (SELECT n.lane, n.execution_id, n.node FROM {s}.nodes n JOIN r
 					ON n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token
-				WHERE n.state IS NOT DISTINCT FROM 'RUNNING' AND n.replica_id IS NOT DISTINCT FROM $5
+				WHERE n.state IS NOT DISTINCT FROM 'RUNNING' AND n.replica_id IS NOT DISTINCT FROM $5`+s.pinned("n", "$1")+`
 				ORDER BY n.lane, n.execution_id, n.node FOR UPDATE OF n SKIP LOCKED),
 			beat AS (UPDATE {s}.nodes n
 				SET heartbeat_deadline = t.now + n.heartbeat_timeout_ms * interval '1 millisecond', last_heartbeat_at = t.now
-				FROM t, held WHERE n.lane = held.lane AND n.execution_id = held.execution_id AND n.node = held.node
+				FROM t, held WHERE n.lane = held.lane AND n.execution_id = held.execution_id AND n.node = held.node`+s.pinned("n", "$1")+`
 				RETURNING n.attempt_id)
 			SELECT n.attempt_id AS id, n.state, n.attempt_id IN (SELECT attempt_id FROM beat) AS alive
 			FROM {s}.nodes n JOIN r
 				ON n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token
-			WHERE n.replica_id IS NOT DISTINCT FROM $5`), lanes, ids, nodes, tokens, replicaID, s.clock.NowOrNil())
-		if err != nil {
-			return err
+			WHERE n.replica_id IS NOT DISTINCT FROM $5`+s.pinned("n", "$1")), lanes[i:j], ids[i:j], nodes[i:j], tokens[i:j],
+				replicaID, s.clock.NowOrNil())
+			if err != nil {
+				return err
+			}
+			got, err := scanAll[beat](rows)
+			if err != nil {
+				return err
+			}
+			beats = append(beats, got...)
 		}
-		beats, err = scanAll[beat](rows)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("extending heartbeats: %w", err)
@@ -357,7 +393,8 @@ func (s *Store) Release(ctx context.Context, replicaID string, refs []ClaimRef) 
 		lanes, ids, nodes, tokens)
 }
 
-// releaseTokens releases the claims of replicaID in executions ids whose tokens are tokens.
+// releaseTokens releases the claims of replicaID in executions ids whose tokens are tokens, the
+// token of a claim beside its execution.
 func (s *Store) releaseTokens(ctx context.Context, replicaID string, ids, tokens []string) (int, error) {
 	lanes := make([]int16, len(ids))
 	for i, id := range ids {
@@ -396,11 +433,36 @@ func (s *Store) ReleaseReplica(ctx context.Context, replicaID string) (int, erro
 // release releases the RUNNING attempts of replicaID that from, a FROM and WHERE with args ending
 // in a conjunction, chooses, in the executions lanes and ids, once it holds their locks: every
 // writer of a node row but the heartbeats holds its execution's lock.
+//
+// On Citus, it releases them a lane at a time: args are then arrays of one element for each of
+// lanes, which it takes a lane's elements of.
 func (s *Store) release(ctx context.Context, replicaID string, lanes []int16, ids []string, from string, args ...any) (int, error) {
+	if s.citus && len(slices.Compact(slices.Sorted(slices.Values(lanes)))) > 1 {
+		n := 0
+		for _, lane := range slices.Compact(slices.Sorted(slices.Values(lanes))) {
+			keep := func(i int) bool { return lanes[i] != lane }
+			laneArgs := make([]any, len(args))
+			for i, a := range args {
+				switch a := a.(type) {
+				case []int16:
+					laneArgs[i] = dropIndexes(a, keep)
+				case []string:
+					laneArgs[i] = dropIndexes(a, keep)
+				}
+			}
+			released, err := s.release(ctx, replicaID, dropIndexes(lanes, keep), dropIndexes(ids, keep), from, laneArgs...)
+			n += released
+			if err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	}
 	var released []int64
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		_, err := tx.NewRaw(s.q(`SELECT 1 FROM `+executionKeys("?", "?")+` k JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id
-			ORDER BY e.lane, e.id FOR UPDATE OF e`), pgdialect.Array(lanes), pgdialect.Array(ids)).Exec(ctx)
+		_, err := tx.NewRaw(s.q(`SELECT 1 FROM `+executionKeys("?", "?")+` k JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id`+
+			s.pinned("e", "?")+` ORDER BY e.lane, e.id FOR UPDATE OF e`), slices.Concat([]any{pgdialect.Array(lanes), pgdialect.Array(ids)},
+			s.pinnedArgs(lanes))...).Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("locking executions %s: %w", strings.Join(ids, ", "), err)
 		}
@@ -412,8 +474,8 @@ func (s *Store) release(ctx context.Context, replicaID string, lanes []int16, id
 			SET state = 'AVAILABLE', replica_id = NULL, claim_token = NULL, claimed_at = NULL,
 				deadline = NULL, heartbeat_deadline = NULL, last_heartbeat_at = NULL,
 				available_at = coalesce(?::timestamptz, now())
-			`+from+` n.state = 'RUNNING' AND n.replica_id = ?
-			RETURNING n.attempt_id`), slices.Concat([]any{s.clock.NowOrNil()}, arrays, []any{replicaID})...).Scan(ctx, &released)
+			`+from+` n.state = 'RUNNING' AND n.replica_id = ?`+s.pinned("n", "?")+`
+			RETURNING n.attempt_id`), slices.Concat([]any{s.clock.NowOrNil()}, arrays, []any{replicaID}, s.pinnedArgs(lanes))...).Scan(ctx, &released)
 		if err != nil && !isNoRows(err) {
 			return fmt.Errorf("releasing computations of replica %s: %w", replicaID, err)
 		}

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -252,6 +253,11 @@ func (s *Store) insertSteps(ins *inserts) []step {
 			return strings.Compare(ins.keys[a], ins.keys[b])
 		})
 	}
+	if s.citus { // a statement a lane, in lane order: a key's executions are in its lane
+		pending = slices.SortedStableFunc(slices.Values(pending), func(a, b int) int {
+			return cmp.Compare(LaneOf(ins.ids[a]), LaneOf(ins.ids[b]))
+		})
+	}
 	for _, i := range pending {
 		g, key := ins.gs[i], ins.key(i)
 		if key != "" {
@@ -264,7 +270,10 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		ids, names, versions = append(ids, ins.ids[i]), append(names, g.Name()), append(versions, g.Version())
 		keys, lanes = append(keys, key), append(lanes, LaneOf(ins.ids[i]))
 	}
-	steps := []step{{s.q(`WITH e AS (SELECT lane, id, graph_name, graph_version, key, ord FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[])
+	var steps []step
+	for i, j := 0, 0; i < len(ids); i = j {
+		j = s.runEnd(lanes, i)
+		steps = append(steps, step{s.q(`WITH e AS (SELECT lane, id, graph_name, graph_version, key, ord FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[])
 				WITH ORDINALITY AS e(lane, id, graph_name, graph_version, key, ord)),
 			made AS (INSERT INTO {s}.executions (lane, id, graph_name, graph_version, revision, key, created_at, updated_at)
 				SELECT e.lane, e.id, e.graph_name, e.graph_version, 0, nullif(e.key, ''), t.now, t.now
@@ -275,16 +284,35 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		SELECT ` + cols("", executionColumns) + `, true AS made FROM made
 		UNION ALL
 		SELECT ` + s.executionRead("x") + `, false FROM ` + executionKeys("$1", "$2") + ` k
-		JOIN {s}.executions x ON x.lane = k.lane AND x.id = k.id WHERE x.id NOT IN (SELECT id FROM made)`),
-		[]any{lanes, ids, names, versions, keys, s.clock.NowOrNil()}, collect(&ins.rows)}}
+		JOIN {s}.executions x ON x.lane = k.lane AND x.id = k.id WHERE x.id NOT IN (SELECT id FROM made)` + s.pinned("x", "$1")),
+			[]any{lanes[i:j], ids[i:j], names[i:j], versions[i:j], keys[i:j], s.clock.NowOrNil()}, collect(&ins.rows)})
+	}
 	if ins.keys == nil {
 		return steps
 	}
 	// One probe of the key's index per key (OFFSET 0 keeps the lateral join): the generic plan of
 	// a join read every keyed execution, 0.48 ms a call after 10,000 of them.
-	return append(steps, step{s.q(`SELECT ` + cols("e", executionColumns) + ` FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
+	if !s.citus {
+		return append(steps, step{s.q(`SELECT ` + cols("e", executionColumns) + ` FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
 		LATERAL (SELECT ` + s.executionRead("e") + ` FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
 			AND e.key IS NOT NULL AND e.archived_at IS NULL OFFSET 0) e`), []any{heldKeys, heldNames}, collect(&ins.holders)})
+	}
+	// On Citus, a key is looked for in its lane, as its index leads with the lane.
+	for _, lane := range slices.Compact(slices.Clone(lanes)) {
+		var laneKeys, laneNames []string
+		for k, key := range heldKeys {
+			if laneOfKey(heldNames[k], key) == lane {
+				laneKeys, laneNames = append(laneKeys, key), append(laneNames, heldNames[k])
+			}
+		}
+		if len(laneKeys) > 0 {
+			// More than the pairs, maybe, which found leaves out.
+			steps = append(steps, step{s.q(`SELECT ` + s.executionRead("e") + ` FROM {s}.executions e
+				WHERE e.lane = $3 AND e.key = ANY($1::text[]) AND e.graph_name = ANY($2::text[]) AND e.archived_at IS NULL`),
+				[]any{laneKeys, laneNames, lane}, collect(&ins.holders)})
+		}
+	}
+	return steps
 }
 
 // insertedExecution is a row that insertSteps' INSERT returns: an execution, and whether the

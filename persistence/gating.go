@@ -1,9 +1,13 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,17 +101,26 @@ func (s *Store) promoteAfterCommit(ctx context.Context) {
 func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 	// Every writer of a node row holds its execution's lock: the promotion skips the executions
 	// being written, whose writers promote what they make due.
+	lanes, err := s.lanesWith(ctx, s.db, `SELECT lane FROM {s}.nodes WHERE state = 'PENDING'
+		AND run_at <= coalesce(?::timestamptz, now()) AND concurrency_key IS NULL AND max_parallel IS NULL`, s.clock.NowOrNil())
+	if err != nil {
+		return 0, err
+	}
 	var ungated []int64
-	err := s.db.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = coalesce(?::timestamptz, now())
+	for _, lane := range lanes {
+		var promoted []int64
+		err := s.db.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = coalesce(?::timestamptz, now())
 		FROM (SELECT c.lane, c.execution_id, c.node FROM {s}.nodes c
 			JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
 			WHERE c.state = 'PENDING' AND c.run_at <= coalesce(?::timestamptz, now())
-				AND c.concurrency_key IS NULL AND c.max_parallel IS NULL AND e.archived_at IS NULL
+				AND c.concurrency_key IS NULL AND c.max_parallel IS NULL AND e.archived_at IS NULL`+lanePin("c", lane)+lanePin("e", lane)+`
 			ORDER BY c.run_at, c.attempt_id LIMIT ? FOR UPDATE OF c, e SKIP LOCKED) l
-		WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node
-		RETURNING n.attempt_id`), s.clock.NowOrNil(), s.clock.NowOrNil(), promotionBatch).Scan(ctx, &ungated)
-	if err != nil && !isNoRows(err) {
-		return 0, fmt.Errorf("promoting due computations: %w", err)
+		WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node`+lanePin("n", lane)+`
+		RETURNING n.attempt_id`), s.clock.NowOrNil(), s.clock.NowOrNil(), promotionBatch).Scan(ctx, &promoted)
+		if err != nil && !isNoRows(err) {
+			return 0, fmt.Errorf("promoting due computations: %w", err)
+		}
+		ungated = append(ungated, promoted...)
 	}
 	if len(ungated) > 0 {
 		if err := s.notify(ctx, s.db, PayloadWork); err != nil {
@@ -180,23 +193,32 @@ func (s *Store) promoteGated(ctx context.Context, tx *txn, now time.Time, wait b
 	// pass). OFFSET 0 keeps the state's test out of that scan. Their executions are locked too,
 	// or skipped if a writer holds them, which promotes what it makes due: every writer of a node
 	// row holds its execution's lock (a write's own promotion holds them already).
+	if s.citus { // a statement a lane
+		slices.SortStableFunc(chosen, func(a, b *candidate) int { return cmp.Compare(a.Lane, b.Lane) })
+	}
 	lanes, ids, nodes := make([]int16, len(chosen)), make([]string, len(chosen)), make([]string, len(chosen))
 	for i, c := range chosen {
 		lanes[i], ids[i], nodes[i] = c.Lane, c.ExecutionID, c.Node
 	}
-	rows, err := tx.pg.Query(ctx, s.q(`UPDATE {s}.nodes c SET state = 'AVAILABLE', available_at = $1
+	var promoted []int64
+	for i, j := 0, 0; i < len(chosen); i = j {
+		j = s.runEnd(lanes, i)
+		rows, err := tx.pg.Query(ctx, s.q(`UPDATE {s}.nodes c SET state = 'AVAILABLE', available_at = $1
 		FROM (SELECT n.lane, n.execution_id, n.node, n.state FROM unnest($2::smallint[], $3::text[], $4::text[]) AS k(lane, id, node)
 			JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id AND n.node = k.node
 			JOIN {s}.executions e ON e.lane = n.lane AND e.id = n.execution_id
+			WHERE true`+s.pinned("n", "$2")+s.pinned("e", "$2")+`
 			OFFSET 0 FOR UPDATE OF n, e SKIP LOCKED) l
-		WHERE c.lane = l.lane AND c.execution_id = l.execution_id AND c.node = l.node AND l.state = 'PENDING'
-		RETURNING c.attempt_id`), now, lanes, ids, nodes)
-	var promoted []int64
-	if err == nil {
-		promoted, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	}
-	if err != nil {
-		return 0, fmt.Errorf("promoting gated computations: %w", err)
+		WHERE c.lane = l.lane AND c.execution_id = l.execution_id AND c.node = l.node AND l.state = 'PENDING'`+s.pinned("c", "$2")+`
+		RETURNING c.attempt_id`), now, lanes[i:j], ids[i:j], nodes[i:j])
+		var got []int64
+		if err == nil {
+			got, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+		if err != nil {
+			return 0, fmt.Errorf("promoting gated computations: %w", err)
+		}
+		promoted = append(promoted, got...)
 	}
 	if len(promoted) > 0 {
 		if err := s.notify(ctx, tx, PayloadWork); err != nil {
@@ -219,7 +241,87 @@ func (s *Store) promoteGated(ctx context.Context, tx *txn, now time.Time, wait b
 // other index gives: the plan, made once per connection, cannot read the attempts in
 // nodes_pending_idx instead, through every attempt that waits before the first of a key.
 func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([]*candidate, error) {
-	rows, err := pg.Query(ctx, dollars(s.q(`WITH RECURSIVE oldest AS (
+	lanes, err := s.lanesWith(ctx, s.db, `SELECT lane FROM {s}.nodes WHERE state = 'PENDING' AND run_at <= ?
+		AND (concurrency_key IS NOT NULL OR max_parallel IS NOT NULL)`, now)
+	if err != nil {
+		return nil, err
+	}
+	var cands []*candidate
+	for _, lane := range lanes {
+		rows, err := pg.Query(ctx, dollars(s.q(pinTables(chooseGatedQuery, lane))), now, now, promotionBatch)
+		var found []*candidate
+		if err == nil {
+			found, err = scanAll[candidate](rows)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finding gated computations: %w", err)
+		}
+		cands = append(cands, found...)
+	}
+
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	rows, err := pg.Query(ctx, s.q(`SELECT graph_key, node, count(*) AS n FROM {s}.nodes
+		WHERE state IN ('AVAILABLE', 'RUNNING') AND max_parallel IS NOT NULL GROUP BY graph_key, node`))
+	var counts []*nodeCount
+	if err == nil {
+		counts, err = scanAll[nodeCount](rows)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("counting limited computations: %w", err)
+	}
+	active := map[[2]string]int{}
+	for _, c := range counts {
+		active[[2]string{c.GraphKey, c.Node}] = c.N
+	}
+	held, err := s.heldKeys(ctx, pg)
+	if err != nil {
+		return nil, err
+	}
+	var chosen []*candidate
+	for _, c := range cands { // at most one per key
+		node := [2]string{c.GraphKey, c.Node}
+		if c.MaxParallel != nil && active[node] >= *c.MaxParallel {
+			continue
+		}
+		if c.ConcurrencyKey != nil {
+			if held[*c.ConcurrencyKey] {
+				continue
+			}
+			held[*c.ConcurrencyKey] = true
+		}
+		active[node]++
+		chosen = append(chosen, c)
+	}
+	return chosen, nil
+}
+
+// heldKeys are, on Citus, the concurrency keys that an AVAILABLE or RUNNING attempt holds, in any
+// lane: chooseGatedQuery, a statement a lane, sees the holders of its own lane alone. On one
+// PostgreSQL, it sees them all, and heldKeys is empty.
+func (s *Store) heldKeys(ctx context.Context, pg *pgx.Conn) (map[string]bool, error) {
+	held := map[string]bool{}
+	if !s.citus {
+		return held, nil
+	}
+	rows, err := pg.Query(ctx, s.q(`SELECT DISTINCT concurrency_key FROM {s}.nodes
+		WHERE state IN ('AVAILABLE', 'RUNNING') AND concurrency_key IS NOT NULL`))
+	var keys []string
+	if err == nil {
+		keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finding the concurrency keys held: %w", err)
+	}
+	for _, k := range keys {
+		held[k] = true
+	}
+	return held, nil
+}
+
+// chooseGatedQuery is chooseGated's statement; see there.
+const chooseGatedQuery = `WITH RECURSIVE oldest AS (
 			(SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key IS NOT NULL
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)
@@ -257,38 +359,20 @@ func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 					WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.max_parallel IS NOT NULL
 						AND h.graph_key = limited.graph_key AND h.node = limited.node), 0)) first
 			WHERE first.graph_key = limited.graph_key AND first.node = limited.node AND first.run_at <= ?
-		) due ORDER BY run_at, id LIMIT ?`)), now, now, promotionBatch)
-	var cands []*candidate
-	if err == nil {
-		cands, err = scanAll[candidate](rows)
+		) due ORDER BY run_at, id LIMIT ?`
+
+// tableWhere is a FROM of one of the per-execution tables that chooseGatedQuery reads, with its
+// alias, up to its WHERE.
+var tableWhere = regexp.MustCompile(`FROM \{s\}\.(nodes|executions)( ([a-z]+))?(\s+)WHERE `)
+
+// pinTables pins each table that query reads to lane (see lanePin), for Citus, where a recursive
+// statement must name one value of the distribution column; for noLane, it returns query.
+func pinTables(query string, lane int16) string {
+	if lane == noLane {
+		return query
 	}
-	if err != nil {
-		return nil, fmt.Errorf("finding gated computations: %w", err)
-	}
-	if len(cands) == 0 {
-		return nil, nil
-	}
-	rows, err = pg.Query(ctx, s.q(`SELECT graph_key, node, count(*) AS n FROM {s}.nodes
-		WHERE state IN ('AVAILABLE', 'RUNNING') AND max_parallel IS NOT NULL GROUP BY graph_key, node`))
-	var counts []*nodeCount
-	if err == nil {
-		counts, err = scanAll[nodeCount](rows)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("counting limited computations: %w", err)
-	}
-	active := map[[2]string]int{}
-	for _, c := range counts {
-		active[[2]string{c.GraphKey, c.Node}] = c.N
-	}
-	var chosen []*candidate
-	for _, c := range cands { // at most one per key
-		node := [2]string{c.GraphKey, c.Node}
-		if c.MaxParallel != nil && active[node] >= *c.MaxParallel {
-			continue
-		}
-		active[node]++
-		chosen = append(chosen, c)
-	}
-	return chosen, nil
+	return tableWhere.ReplaceAllStringFunc(query, func(m string) string {
+		alias := tableWhere.FindStringSubmatch(m)[3]
+		return m + strings.TrimPrefix(lanePin(alias, lane), " AND ") + " AND "
+	})
 }

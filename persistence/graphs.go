@@ -88,7 +88,8 @@ type heldGraph struct {
 }
 
 // RecordGraphs records the graph versions this replica serves, and its first heartbeat (as
-// ReplicaHeartbeat with start), in one transaction of two statements. A version is identified by
+// ReplicaHeartbeat with start), in one transaction of two statements (three when a version's
+// fingerprint changed). A version is identified by
 // the fingerprint of its definition (graph.Graph.Fingerprint), recorded in graph_fingerprints by
 // the first replica that serves it. A replica whose graph has another fingerprint than the one
 // recorded under its version is refused with ErrGraphChanged, which says what changed, and the
@@ -146,27 +147,43 @@ func (s *Store) RecordGraphs(ctx context.Context, replicaID string, id Identity,
 				changed = append(changed, i)
 			}
 		}
-		pick := func(all []string) any {
+		pick := func(all []string) []string {
 			out := make([]string, len(changed))
 			for j, i := range changed {
 				out[j] = all[i]
 			}
-			return pgdialect.Array(out)
+			return out
 		}
-		args := []any{s.clock.NowOrNil(), replicaID, pick(names), pick(versions), pick(fingerprints), pick(descriptions),
-			s.clock.NowOrNil()}
+		// Whether executions of a changed version exist is a statement of its own: on Citus, the
+		// executions are distributed, and a statement cannot join them with the tables here.
+		used := make([]bool, len(changed))
+		if len(changed) > 0 {
+			var rows []struct {
+				Used bool `bun:"used"`
+			}
+			err := tx.NewRaw(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.graph_name = c.name AND e.graph_version = c.version) AS used
+				FROM unnest(?::text[], ?::text[]) WITH ORDINALITY AS c(name, version, i) ORDER BY c.i`),
+				pgdialect.Array(pick(names)), pgdialect.Array(pick(versions))).Scan(ctx, &rows)
+			if err != nil {
+				return fmt.Errorf("looking for executions of the graph versions recorded with another definition: %w", err)
+			}
+			for i, r := range rows {
+				used[i] = r.Used
+			}
+		}
+		args := []any{s.clock.NowOrNil(), replicaID, pgdialect.Array(pick(names)), pgdialect.Array(pick(versions)),
+			pgdialect.Array(pick(fingerprints)), pgdialect.Array(pick(descriptions)), pgdialect.Array(used), s.clock.NowOrNil()}
 		args = append(args, s.heartbeatArgs(replicaID, id, staleAfter, true)...)
 		args = append(args, s.clock.NowOrNil(), s.clock.NowOrNil(), pgdialect.Array(names), pgdialect.Array(versions),
 			pgdialect.Array(nodes), pgdialect.Array(mermaids))
 		// The heartbeat is written before the graph_versions rows (versions reads beat): in the
 		// order of a sweep that deletes a stale replica's row, with which it could deadlock otherwise.
 		err = tx.NewRaw(s.q(`WITH changed AS (
-				SELECT c.name, c.version, c.fingerprint, c.description,
-					EXISTS (SELECT 1 FROM {s}.executions e WHERE e.graph_name = c.name AND e.graph_version = c.version) AS executions,
+				SELECT c.name, c.version, c.fingerprint, c.description, c.executions,
 					ARRAY(SELECT r.replica_id FROM {s}.replica_heartbeats r
 						WHERE c.name || '@' || c.version = ANY(r.graphs) AND `+liveReplica+` AND r.replica_id <> ?
 						ORDER BY r.replica_id) AS replicas
-				FROM unnest(?::text[], ?::text[], ?::text[], ?::text[]) AS c(name, version, fingerprint, description)),
+				FROM unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::boolean[]) AS c(name, version, fingerprint, description, executions)),
 			taken AS (UPDATE {s}.graph_fingerprints f
 				SET fingerprint = c.fingerprint, description = c.description::jsonb, recorded_at = coalesce(?::timestamptz, now())
 				FROM changed c

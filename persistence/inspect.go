@@ -541,7 +541,7 @@ func (s *Store) ServedBy(ctx context.Context, key string) ([]string, error) {
 }
 
 // CheckSchema reports, with what to do about it, a schema that does not hold journey's tables
-// up to the newest ones the inspection reads.
+// up to the newest ones the inspection reads; then it reads the schema's layout (ReadLayout).
 func (s *Store) CheckSchema(ctx context.Context) error {
 	var ok bool
 	if err := s.db.NewRaw("SELECT to_regclass(?) IS NOT NULL", s.quoted+".requests").Scan(ctx, &ok); err != nil {
@@ -551,5 +551,5 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("schema %q holds no journey tables, or older ones: check -schema, or run `journey migrate -schema %s`",
 			s.schema, s.schema)
 	}
-	return nil
+	return s.ReadLayout(ctx)
 }

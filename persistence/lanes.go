@@ -1,10 +1,16 @@
 package persistence
 
 import (
+	"context"
 	"crypto/rand"
+	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
 // Lanes is the number of lanes. Every row of an execution carries the execution's lane, a number
@@ -70,4 +76,99 @@ func randomLane() int16 {
 	var b [1]byte
 	_, _ = rand.Read(b[:])
 	return int16(b[0]) % Lanes
+}
+
+// pinned is the condition that pins the rows of alias to the lanes of param, an array of one lane
+// (see runEnd), on Citus; on one PostgreSQL, nothing. Citus locks rows (FOR UPDATE), and sends
+// a statement to one shard alone, only when it names one value of the distribution column.
+func (s *Store) pinned(alias, param string) string {
+	if !s.citus {
+		return ""
+	}
+	return " AND " + alias + ".lane = ANY(" + param + "::smallint[])"
+}
+
+// runEnd is the end of the run of lanes that begins at i, for the statements sent once a lane
+// (see pinned): on Citus, the first index after i of another lane; on one PostgreSQL, the end of
+// lanes, which are then one run. lanes are sorted.
+func (s *Store) runEnd(lanes []int16, i int) int {
+	if !s.citus {
+		return len(lanes)
+	}
+	j := i + 1
+	for j < len(lanes) && lanes[j] == lanes[i] {
+		j++
+	}
+	return j
+}
+
+// noLane is the lane of everyLane's one pass on one PostgreSQL: it pins nothing.
+const noLane = -1
+
+// allLanes are the lanes, in order.
+var allLanes = func() []int16 {
+	lanes := make([]int16, Lanes)
+	for i := range lanes {
+		lanes[i] = int16(i)
+	}
+	return lanes
+}()
+
+// everyLane is the passes of a statement that reads or writes the rows of every execution (a
+// promotion, a sweep): on Citus, once for each lane, pinned to it with lanePin; on one
+// PostgreSQL, once, with noLane.
+func (s *Store) everyLane() []int16 {
+	if !s.citus {
+		return []int16{noLane}
+	}
+	return allLanes
+}
+
+// lanesWith is the passes of a statement over every lane that has rows to read or write, which
+// query, a SELECT of lanes with args, finds: on Citus, the lanes it returns, in order, found by a
+// read of every shard that locks nothing, before a statement a lane that locks what it finds; on
+// one PostgreSQL, everyLane's one pass, and no query.
+func (s *Store) lanesWith(ctx context.Context, db bun.IDB, query string, args ...any) ([]int16, error) {
+	if !s.citus {
+		return s.everyLane(), nil
+	}
+	var lanes []int16
+	err := db.NewRaw(s.q(`SELECT DISTINCT l.lane FROM (`+query+`) l ORDER BY l.lane`), args...).Scan(ctx, &lanes)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("finding the lanes with work: %w", err)
+	}
+	return lanes, nil
+}
+
+// lanePin is the condition that pins the rows of alias (or of the one table, "") to lane, a pass of everyLane: nothing for
+// noLane. The lane is written into the statement, where Citus reads it to send the statement to
+// its shard alone.
+func lanePin(alias string, lane int16) string {
+	if lane == noLane {
+		return ""
+	}
+	if alias != "" {
+		alias += "."
+	}
+	return " AND " + alias + "lane = " + strconv.Itoa(int(lane))
+}
+
+// pinnedArgs are the arguments of pinned with the placeholder "?", lanes as an array, on Citus;
+// on one PostgreSQL, none.
+func (s *Store) pinnedArgs(lanes []int16) []any {
+	if !s.citus {
+		return nil
+	}
+	return []any{pgdialect.Array(lanes)}
+}
+
+// dropIndexes returns the elements of a whose index drop does not hold.
+func dropIndexes[T any](a []T, drop func(i int) bool) []T {
+	var out []T
+	for i, v := range a {
+		if !drop(i) {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -169,14 +169,17 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 	var rows []*lockedExecution
 	var nodes []*nodeRow
 	// The locks are taken in the order of the primary key, as every writer takes them.
-	steps := slices.Concat(before, []step{{s.q(`SELECT ` + cols("e", executionColumns) + `, coalesce($1::timestamptz, now()) AS tx_now
-			FROM ` + executionKeys("$2", "$3") + ` k JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id
-			ORDER BY e.lane, e.id FOR UPDATE OF e`), []any{s.clock.NowOrNil(), sortedLanes, sortedIDs},
-		collect(&rows)}}, then)
-	err := t.send(ctx, append(steps,
-		step{s.q(`SELECT ` + cols("n", nodeColumns) + ` FROM unnest($1::smallint[], $2::text[]) AS k(lane, id)
-			JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id`), []any{sortedLanes, sortedIDs}, collect(&nodes)},
-	)...)
+	var locks, reads []step
+	for i, j := 0, 0; i < len(sortedIDs); i = j {
+		j = s.runEnd(sortedLanes, i)
+		lanes, ids := sortedLanes[i:j], sortedIDs[i:j]
+		locks = append(locks, step{s.q(`SELECT ` + cols("e", executionColumns) + `, coalesce($1::timestamptz, now()) AS tx_now
+			FROM ` + executionKeys("$2", "$3") + ` k JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id` + s.pinned("e", "$2") + `
+			ORDER BY e.lane, e.id FOR UPDATE OF e`), []any{s.clock.NowOrNil(), lanes, ids}, collect(&rows)})
+		reads = append(reads, step{s.q(`SELECT ` + cols("n", nodeColumns) + ` FROM unnest($1::smallint[], $2::text[]) AS k(lane, id)
+			JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id` + s.pinned("n", "$1")), []any{lanes, ids}, collect(&nodes)})
+	}
+	err := t.send(ctx, slices.Concat(before, locks, then, reads)...)
 	if err != nil {
 		return nil, fmt.Errorf("loading executions %s: %w", strings.Join(ids, ", "), err)
 	}

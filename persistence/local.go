@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"slices"
 	"time"
 )
 
@@ -91,7 +90,6 @@ func (s *Store) releaseUnknown(ctx context.Context, t *txn) {
 	if len(tokens) == 0 {
 		return
 	}
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	ctx = context.WithoutCancel(ctx)
 	var err error
 	for try := range 3 {

@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -104,20 +105,33 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		if err != nil {
 			return err
 		}
+		lanes, err := s.lanesWith(ctx, tx, `SELECT lane FROM {s}.notification_deliveries WHERE state = 'PENDING' AND next_attempt_at <= ?`, now)
+		if err != nil {
+			return err
+		}
+		if len(lanes) > 1 { // in turn, from where the last delivery began
+			first := int(s.deliverFrom.Add(1) % int64(len(lanes)))
+			lanes = slices.Concat(lanes[first:], lanes[:first])
+		}
 		var notices []*Notice
-		err = tx.NewRaw(s.q(`SELECT d.id, d.lane, d.idempotency_key, d.target, d.attempts, d.created_at,
+		for _, lane := range lanes {
+			err = tx.NewRaw(s.q(`SELECT d.id, d.lane, d.idempotency_key, d.target, d.attempts, d.created_at,
 				c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes, e.graph_name, e.graph_version
 			FROM {s}.notification_deliveries d
 			CROSS JOIN LATERAL (SELECT c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes FROM {s}.notification_claims c
-				WHERE c.lane = d.lane AND c.idempotency_key = d.idempotency_key LIMIT 1) c
+				WHERE c.lane = d.lane AND c.idempotency_key = d.idempotency_key`+lanePin("c", lane)+` LIMIT 1) c
 			CROSS JOIN LATERAL (SELECT e.graph_name, e.graph_version FROM {s}.executions e
-				WHERE e.lane = d.lane AND e.id = c.execution_id LIMIT 1) e
-			WHERE d.state = 'PENDING' AND d.next_attempt_at <= ? AND c.event || ' ' || d.target IN (?)
+				WHERE e.lane = d.lane AND e.id = c.execution_id`+lanePin("e", lane)+` LIMIT 1) e
+			WHERE d.state = 'PENDING' AND d.next_attempt_at <= ? AND c.event || ' ' || d.target IN (?)`+lanePin("d", lane)+`
 			ORDER BY d.next_attempt_at, d.id
 			LIMIT 1
 			FOR UPDATE OF d SKIP LOCKED`), now, bun.List(s.routes)).Scan(ctx, &notices)
-		if err != nil && !isNoRows(err) {
-			return fmt.Errorf("taking a delivery: %w", err)
+			if err != nil && !isNoRows(err) {
+				return fmt.Errorf("taking a delivery: %w", err)
+			}
+			if len(notices) > 0 {
+				break
+			}
 		}
 		if len(notices) == 0 {
 			return nil

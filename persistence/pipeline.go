@@ -197,14 +197,20 @@ func (t *txn) send(ctx context.Context, steps ...step) (err error) {
 // atCommit keeps a statement to send with the COMMIT.
 func (t *txn) atCommit(sql string, args ...any) { t.tail = append(t.tail, step{sql: sql, args: args}) }
 
-// collect is a step's read that scans every row of its result into *into, by column name.
+// collect is a step's read that scans every row of its result into *into, by column name, after
+// those of the steps before it that collect into it too.
 func collect[T any](into *[]*T) func(br pgx.BatchResults) error {
 	return func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		*into, err = scanAll[T](rows)
+		got, err := scanAll[T](rows)
+		if *into == nil {
+			*into = got
+		} else { // the steps of a statement sent once a lane collect into one slice
+			*into = append(*into, got...)
+		}
 		return err
 	}
 }

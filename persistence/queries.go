@@ -54,14 +54,26 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 	if len(s.keys) == 0 {
 		return 0, nil
 	}
+	lanes, err := s.lanesWith(ctx, s.db, `SELECT lane FROM {s}.executions WHERE wake_at <= coalesce(?::timestamptz, now())
+		AND archived_at IS NULL`, s.clock.NowOrNil())
+	if err != nil {
+		return 0, err
+	}
 	var ids []string
-	err := s.db.NewRaw(s.q(`SELECT id FROM {s}.executions
+	for _, lane := range lanes {
+		if len(ids) >= limit {
+			break
+		}
+		var found []string
+		err := s.db.NewRaw(s.q(`SELECT id FROM {s}.executions
 		WHERE wake_at <= coalesce(?::timestamptz, now()) AND archived_at IS NULL
-			AND graph_name || '@' || graph_version IN (?)
+			AND graph_name || '@' || graph_version IN (?)`+lanePin("", lane)+`
 		ORDER BY wake_at LIMIT ?
-		FOR UPDATE SKIP LOCKED`), s.clock.NowOrNil(), bun.List(s.keys), limit).Scan(ctx, &ids)
-	if err != nil && !isNoRows(err) {
-		return 0, fmt.Errorf("finding executions with due ticks: %w", err)
+		FOR UPDATE SKIP LOCKED`), s.clock.NowOrNil(), bun.List(s.keys), limit-len(ids)).Scan(ctx, &found)
+		if err != nil && !isNoRows(err) {
+			return 0, fmt.Errorf("finding executions with due ticks: %w", err)
+		}
+		ids = append(ids, found...)
 	}
 	woken := 0
 	for _, id := range ids {

@@ -119,6 +119,23 @@ func (s *Store) CheckRelease(ctx context.Context) error {
 	if len(rows) == 1 && rows[0].Oldest > Release {
 		return RetiredError(s.schema, rows[0].Oldest, rows[0].Why)
 	}
+	return s.ReadLayout(ctx)
+}
+
+// ReadLayout learns whether the schema's per-execution tables are distributed by Citus (see
+// migrations.Distributed), which the statements that lock rows or read across lanes then pin to
+// one lane each (see Store.citus).
+func (s *Store) ReadLayout(ctx context.Context) error {
+	var citus bool
+	err := s.db.NewRaw(`SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')`).Scan(ctx, &citus)
+	if err == nil && citus {
+		err = s.db.NewRaw(`SELECT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = to_regclass(?))`,
+			s.quoted+".executions").Scan(ctx, &citus)
+	}
+	if err != nil {
+		return fmt.Errorf("looking for Citus in schema %s: %w", s.schema, err)
+	}
+	s.citus = citus
 	return nil
 }
 

@@ -10,9 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -170,6 +173,14 @@ type Store struct {
 	abandoning  abandonFailures
 	tracer      trace.Tracer
 	notes       *notes
+	// citus: the per-execution tables are distributed by lane (CheckRelease reads it). Citus
+	// locks rows only in a statement pinned to one lane, so the statements that lock the rows of
+	// several executions are sent once a lane (pinned, runEnd), where one PostgreSQL sends one.
+	citus bool
+	// deliverFrom turns the lane that a delivery on Citus looks in first.
+	deliverFrom atomic.Int64
+	// citusQueries are the statements as q writes them for Citus, by the text given.
+	citusQueries sync.Map
 	// afterCommits gathers the promotions after the writes' commits (promoteAfterCommit).
 	afterCommits *afterCommits
 }
@@ -263,7 +274,30 @@ func (s *Store) Graph(name, version string) (*graph.Graph, bool) {
 }
 
 // q substitutes the quoted schema for {s}.
-func (s *Store) q(query string) string { return strings.ReplaceAll(query, "{s}", s.quoted) }
+func (s *Store) q(query string) string {
+	query = strings.ReplaceAll(query, "{s}", s.quoted)
+	if s.citus {
+		if q, ok := s.citusQueries.Load(query); ok {
+			return q.(string)
+		}
+		q := citusTimes.ReplaceAllString(query, "(SELECT $0)")
+		q = citusDeadlines.ReplaceAllString(q, "(($1 AT TIME ZONE 'UTC') + $2 * interval '1 millisecond') AT TIME ZONE 'UTC'")
+		s.citusQueries.Store(query, q)
+		return q
+	}
+	return query
+}
+
+// Citus refuses, in a statement on its tables, a function that is not immutable in a COALESCE or
+// a CASE, or with a column among its arguments in an UPDATE. On Citus, q writes the statements'
+// times otherwise. citusTimes is the transaction's time, the stubbed clock's or the database's:
+// Citus evaluates a scalar subquery of it first, and passes it on as a value. citusDeadlines is a
+// time plus milliseconds, which timestamptz + interval adds with the time zone (a day's length
+// depends on it), and timestamp + interval, in UTC, without.
+var (
+	citusTimes     = regexp.MustCompile(`coalesce\((\?|\$[0-9]+)::timestamptz, (now|statement_timestamp)\(\)\)`)
+	citusDeadlines = regexp.MustCompile(`\b([a-z]+\.[a-z_]+) \+ ([a-z]+\.[a-z_]+) \* interval '1 millisecond'`)
+)
 
 // now is the time of the current transaction: the database's now(), or the stubbed clock.
 func (s *Store) now(ctx context.Context, db bun.IDB) (time.Time, error) {

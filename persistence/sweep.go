@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -139,19 +140,26 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 	if err := s.abandon(ctx, opts.Limit, &res); err != nil {
 		return res, err
 	}
-	var canceled []struct {
-		ID int64 `bun:"id"`
+	lanes, err := s.lanesWith(ctx, s.db, `SELECT c.lane FROM {s}.nodes c JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
+		WHERE c.state IN ('PENDING', 'AVAILABLE') AND e.archived_at IS NOT NULL`)
+	if err != nil {
+		return res, err
 	}
-	err = s.db.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'CANCELED', error = ?, finished_at = coalesce(?::timestamptz, now())
+	for _, lane := range lanes {
+		var canceled []struct {
+			ID int64 `bun:"id"`
+		}
+		err = s.db.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'CANCELED', error = ?, finished_at = coalesce(?::timestamptz, now())
 		FROM (SELECT c.lane, c.execution_id, c.node FROM {s}.nodes c JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
-			WHERE c.state IN ('PENDING', 'AVAILABLE') AND e.archived_at IS NOT NULL
+			WHERE c.state IN ('PENDING', 'AVAILABLE') AND e.archived_at IS NOT NULL`+lanePin("c", lane)+lanePin("e", lane)+`
 			LIMIT ? FOR UPDATE OF c, e SKIP LOCKED) l
-		WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node
+		WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node`+lanePin("n", lane)+`
 		RETURNING n.attempt_id AS id`), ReasonArchived, s.clock.NowOrNil(), opts.Limit).Scan(ctx, &canceled)
-	if err != nil && !isNoRows(err) {
-		return res, fmt.Errorf("canceling the waiting work of archived executions: %w", err)
+		if err != nil && !isNoRows(err) {
+			return res, fmt.Errorf("canceling the waiting work of archived executions: %w", err)
+		}
+		res.Canceled += len(canceled)
 	}
-	res.Canceled = len(canceled)
 	if res.Promoted, err = s.PromoteDue(ctx); err != nil {
 		return res, err
 	}
@@ -211,25 +219,54 @@ func (s *Store) abandon(ctx context.Context, limit int, res *SweepResult) error 
 
 // expiredAttempts returns up to limit expired attempts of the served graphs, in id order, after
 // the attempt after, but those of skip.
+//
+// The replicas are read first, and passed on to the search of the attempts, a statement a lane
+// on Citus (see everyLane), where a statement cannot join the distributed nodes with the
+// replicas' table.
 func (s *Store) expiredAttempts(ctx context.Context, after int64, skip []int64, limit int) ([]expired, error) {
+	var replicas []struct {
+		ID        string    `bun:"replica_id"`
+		Live      bool      `bun:"live"`
+		StartedAt time.Time `bun:"started_at"`
+	}
+	err := s.db.NewRaw(s.q(`SELECT r.replica_id, `+liveReplica+` AS live, r.started_at FROM {s}.replica_heartbeats r`),
+		s.clock.NowOrNil()).Scan(ctx, &replicas)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("reading the replicas' heartbeats: %w", err)
+	}
+	ids, live, started := make([]string, len(replicas)), make([]bool, len(replicas)), make([]time.Time, len(replicas))
+	for i, r := range replicas {
+		ids[i], live[i], started[i] = r.ID, r.Live, r.StartedAt
+	}
+	lanes, err := s.lanesWith(ctx, s.db, `SELECT lane FROM {s}.nodes WHERE state = 'RUNNING' AND graph_key IN (?)`, bun.List(s.keys))
+	if err != nil {
+		return nil, err
+	}
 	var rows []expired
-	err := s.db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now)
+	for _, lane := range lanes {
+		var found []expired
+		err := s.db.NewRaw(s.q(`WITH t AS (SELECT coalesce(?::timestamptz, now()) AS now)
 		SELECT c.attempt_id AS id, c.lane, c.execution_id, c.node, c.claim_token, c.traceparent, CASE
 				WHEN c.deadline <= t.now THEN ?
-				WHEN r.replica_id IS NULL OR r.last_heartbeat < t.now - r.stale_after_ms * interval '1 millisecond'
-					THEN 'abandoned: replica ' || c.replica_id || ' stopped heartbeating'
+				WHEN r.replica_id IS NULL OR NOT r.live THEN 'abandoned: replica ' || c.replica_id || ' stopped heartbeating'
 				WHEN c.claimed_at < r.started_at THEN 'abandoned: replica ' || c.replica_id || ' restarted'
 				ELSE ? END AS reason
-		FROM t, {s}.nodes c LEFT JOIN {s}.replica_heartbeats r ON r.replica_id = c.replica_id
-		WHERE c.state = 'RUNNING' AND c.graph_key IN (?) AND c.attempt_id > ? AND c.attempt_id <> ALL(?::bigint[])
-			AND (c.deadline <= t.now OR c.heartbeat_deadline <= t.now OR r.replica_id IS NULL
-				OR r.last_heartbeat < t.now - r.stale_after_ms * interval '1 millisecond'
+		FROM t, {s}.nodes c
+			LEFT JOIN unnest(?::text[], ?::boolean[], ?::timestamptz[]) AS r(replica_id, live, started_at) ON r.replica_id = c.replica_id
+		WHERE c.state = 'RUNNING' AND c.graph_key IN (?) AND c.attempt_id > ? AND c.attempt_id <> ALL(?::bigint[])`+lanePin("c", lane)+`
+			AND (c.deadline <= t.now OR c.heartbeat_deadline <= t.now OR r.replica_id IS NULL OR NOT r.live
 				OR c.claimed_at < r.started_at)
 		ORDER BY c.attempt_id
-		LIMIT ?`), s.clock.NowOrNil(), ReasonDeadline, ReasonHeartbeat, bun.List(s.keys), after, pgdialect.Array(skip),
-		limit).Scan(ctx, &rows)
-	if err != nil && !isNoRows(err) {
-		return nil, fmt.Errorf("finding expired computations: %w", err)
+		LIMIT ?`), s.clock.NowOrNil(), ReasonDeadline, ReasonHeartbeat, pgdialect.Array(ids), pgdialect.Array(live),
+			pgdialect.Array(started), bun.List(s.keys), after, pgdialect.Array(skip), limit).Scan(ctx, &found)
+		if err != nil && !isNoRows(err) {
+			return nil, fmt.Errorf("finding expired computations: %w", err)
+		}
+		rows = append(rows, found...)
+	}
+	if len(lanes) > 1 {
+		slices.SortFunc(rows, func(a, b expired) int { return cmp.Compare(a.ID, b.ID) })
+		rows = rows[:min(len(rows), limit)]
 	}
 	return rows, nil
 }

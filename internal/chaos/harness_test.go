@@ -49,6 +49,7 @@ func newCluster(t *testing.T, url string, cfg workerConfig) *cluster {
 	c := unmigratedCluster(t, url, cfg)
 	_, err := migrations.Migrate(context.Background(), c.store.DB(), c.cfg.Schema, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
+	require.NoError(t, c.store.ReadLayout(t.Context()))
 	return c
 }
 

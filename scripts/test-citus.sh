@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test-citus.sh: the onboarding example and the core runtime tests on a Citus cluster, a
+# coordinator and two workers on 127.0.0.1 (make test-citus). It builds Citus from
+# ../shared/tools into .tools/citus when it is missing (build-citus.sh says which Debian packages
+# that needs), starts a throwaway cluster, and removes it at the end.
+#
+# Env: CITUS_PREFIX (default .tools/citus), CITUS_PORT (default 55432, and the two after it),
+# SHARED (default ../shared), GO (default go).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+SHARED=${SHARED:-../shared}
+PREFIX=${CITUS_PREFIX:-$PWD/.tools/citus}
+PORT=${CITUS_PORT:-55432}
+tools=$SHARED/tools
+
+if [[ ! -x $PREFIX/usr/lib/postgresql/15/bin/postgres ]] || ! ls "$PREFIX"/usr/lib/postgresql/15/lib/citus.so >/dev/null 2>&1; then
+	src=$PWD/.tools/src
+	mkdir -p "$src"
+	tar xzf "$tools"/citus-*.tar.gz -C "$src"
+	bash "$tools/build-citus.sh" "$(ls -d "$src"/citus-*/ | head -1)" "$PREFIX"
+fi
+
+data=$(mktemp -d "${TMPDIR:-/tmp}/journey-citus.XXXXXX")
+chmod 755 "$data"
+stop() {
+	bash "$tools/citus-cluster.sh" stop "$PREFIX" "$data/cluster" "$PORT" >/dev/null 2>&1 || true
+	rm -rf "$data"
+}
+trap stop EXIT
+bash "$tools/citus-cluster.sh" start "$PREFIX" "$data/cluster" "$PORT"
+# Fewer shards than Citus's 32 a table: each test's schema distributes seven tables.
+"$PREFIX/usr/lib/postgresql/15/bin/psql" -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
+	-c "ALTER DATABASE postgres SET citus.shard_count = 8"
+
+url="postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
+echo "== the onboarding example on Citus"
+DATABASE_URL=$url $GO run ./examples/onboarding
+
+# The runtime's core: Start, Set, Get with wait, retries, heartbeats and abandonment, gating,
+# keyed starts under concurrency, notifications once across replicas; then the SIGKILL of a
+# replica process, with its audit (nothing lost, nothing run twice at once).
+core='^(TestRetries|TestRetryGivesAFreshBudget|TestWaitingGetReturnsWhatAReadReturns|TestSetIsIdempotent'
+core+='|TestStartMany|TestStartWithValuesIsStartThenSetMany|TestHeartbeatKeepsLongWorkAlive'
+core+='|TestHardDeadlineAbandonsAndFences|TestHeartbeatDeadlineCatchesAFrozenWorker|TestConcurrencyKeyAcrossReplicas'
+core+='|TestMaxParallelAcrossReplicas|TestStartManyRespectsGating|TestStartWithAKeyHeldReturnsItsExecution'
+core+='|TestConcurrentKeyedStartsMakeOneExecution|TestStartManyWithKeys|TestFailedEventIsClaimedOnceAcrossReplicas'
+core+='|TestCompletedEventFiresOnce)$'
+echo "== the migrations distribute the tables by lane"
+TEST_DATABASE_URL=$url $GO test -race -count=1 -run '^TestMigrateDistributesOnCitus$' ./migrations
+echo "== the core runtime tests on Citus"
+TEST_DATABASE_URL=$url JOURNEY_SKIP_POOLER=1 $GO test -race -count=1 -timeout 15m -run "$core" .
+echo "== a replica process SIGKILLed on Citus"
+TEST_DATABASE_URL=$url $GO test -race -count=1 -timeout 15m -run '^TestSIGKILLedReplicaLosesNothing$' ./internal/chaos
