@@ -17,8 +17,8 @@
 #                 PostgreSQL restart, then an audit of the database (`make test` runs 60 seconds
 #                 of it); JOURNEY_SOAK_DURATION and JOURNEY_SOAK_RATE (executions/s) change it
 #   make test-citus  the onboarding example, the core runtime tests and a replica's SIGKILL on a
-#                 throwaway Citus cluster, built from ../shared/tools into .tools/citus when missing
-#                 (scripts/test-citus.sh); .ci/run runs it
+#                 throwaway Citus cluster, built from ../shared/tools into $TMPDIR/journey-citus
+#                 when missing (scripts/test-citus.sh); .ci/run runs it
 #   make example  the onboarding example
 #   make fuzz     each fuzz test for FUZZTIME (default 1m): graph validation, value decoding, and
 #                 the checks and parsers of what callers, CLI flags and dashboard queries give;

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # test-citus.sh: the onboarding example and the core runtime tests on a Citus cluster, a
 # coordinator and two workers on 127.0.0.1 (make test-citus). It builds Citus from
-# ../shared/tools into .tools/citus when it is missing (build-citus.sh says which Debian packages
-# that needs), starts a throwaway cluster, and removes it at the end.
+# ../shared/tools into CITUS_PREFIX when it is missing there (build-citus.sh says which Debian
+# packages that needs), starts a throwaway cluster, and removes it at the end.
 #
-# Env: CITUS_PREFIX (default .tools/citus), CITUS_PORT (default 55432, and the two after it),
-# SHARED (default ../shared), GO (default go).
+# Env: CITUS_PREFIX (default $TMPDIR/journey-citus, where the postgres user that runs the
+# servers under root can reach them), CITUS_PORT (default 55432, and the two after it), SHARED
+# (default ../shared), GO (default go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 SHARED=${SHARED:-../shared}
-PREFIX=${CITUS_PREFIX:-$PWD/.tools/citus}
+PREFIX=${CITUS_PREFIX:-${TMPDIR:-/tmp}/journey-citus}
 PORT=${CITUS_PORT:-55432}
 tools=$SHARED/tools
 
 if [[ ! -x $PREFIX/usr/lib/postgresql/15/bin/postgres ]] || ! ls "$PREFIX"/usr/lib/postgresql/15/lib/citus.so >/dev/null 2>&1; then
-	src=$PWD/.tools/src
-	mkdir -p "$src"
+	src=$(mktemp -d "${TMPDIR:-/tmp}/journey-citus-src.XXXXXX")
 	tar xzf "$tools"/citus-*.tar.gz -C "$src"
 	bash "$tools/build-citus.sh" "$(ls -d "$src"/citus-*/ | head -1)" "$PREFIX"
+	rm -rf "$src"
 fi
 
 data=$(mktemp -d "${TMPDIR:-/tmp}/journey-citus.XXXXXX")
