@@ -197,13 +197,13 @@ func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOpti
 		return toExecution(execs[0]), nil
 	}
 	if len(set) == 0 && r.store.StartsIdle(g) {
-		w, err := r.writes.do(ctx, write{start: g, key: o.key, id: id})
+		w, err := r.writesOf(id).do(ctx, write{start: g, key: o.key, id: id})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(w.exec), nil
 	}
-	e, err := r.startsOf(g).do(ctx, start{set, o.key, id})
+	e, err := r.startsOf(g, id).do(ctx, start{set, o.key, id})
 	if err != nil {
 		return nil, err
 	}
@@ -259,12 +259,31 @@ func (r *Runtime) writeAll(ctx context.Context, ws []write) ([]written, error) {
 	return out, nil
 }
 
-// startsOf returns the group that gathers the concurrent Starts of g into one transaction.
-func (r *Runtime) startsOf(g *graph.Graph) *group[start, *persistence.Execution] {
-	if s, ok := r.starts.Load(g); ok {
+// writesOf returns the group of the writes of execution id: on Citus, that of its lane.
+func (r *Runtime) writesOf(id string) *group[write, written] {
+	if len(r.writes) == 1 {
+		return r.writes[0]
+	}
+	return r.writes[persistence.LaneOf(id)]
+}
+
+// startGroup is a key of r.starts: a graph, and on Citus a lane.
+type startGroup struct {
+	g    *graph.Graph
+	lane int16
+}
+
+// startsOf returns the group that gathers the concurrent Starts of g into one transaction: on
+// Citus, those of the lane of id (see writesOf).
+func (r *Runtime) startsOf(g *graph.Graph, id string) *group[start, *persistence.Execution] {
+	key := startGroup{g: g}
+	if len(r.writes) > 1 {
+		key.lane = persistence.LaneOf(id)
+	}
+	if s, ok := r.starts.Load(key); ok {
 		return s.(*group[start, *persistence.Execution])
 	}
-	s, _ := r.starts.LoadOrStore(g, &group[start, *persistence.Execution]{
+	s, _ := r.starts.LoadOrStore(key, &group[start, *persistence.Execution]{
 		max: groupMax,
 		write: func(ctx context.Context, starts []start) ([]*persistence.Execution, error) {
 			items := make([]map[string]json.RawMessage, len(starts))
@@ -450,7 +469,7 @@ func (r *Runtime) setMany(ctx context.Context, id string, values map[string]any,
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return r.store.SetValues(ctx, id, set, meta, nil)
 	}
-	w, err := r.writes.do(ctx, write{set: setting})
+	w, err := r.writesOf(id).do(ctx, write{set: setting})
 	return w.rev, err
 }
 

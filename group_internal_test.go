@@ -463,9 +463,9 @@ func TestGroupedStartsWhoseCommitGotNoAnswer(t *testing.T) {
 				})
 			}
 			if withValues {
-				queued(t, rt.startsOf(g), callers)
+				queued(t, rt.startsOf(g, ""), callers) // one group, on one PostgreSQL
 			} else {
-				queued(t, rt.writes, callers)
+				queued(t, rt.writes[0], callers)
 			}
 			close(release)
 			wg.Wait()

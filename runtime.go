@@ -79,9 +79,11 @@ type Runtime struct {
 	orphaned   atomic.Bool                                        // set once Stop no longer waits for the running functions
 	saves      atomic.Int64                                       // OnSave callbacks running
 	saved      chan struct{}                                      // a signal when one of them returns
-	starts     sync.Map                                           // *graph.Graph → its group of Starts with values (see startsOf)
+	starts     sync.Map                                           // its group of Starts with values, by startGroup (see startsOf)
 	looks      *group[persistence.NodeRef, persistence.NodeState] // the Gets' looks, read together
-	writes     *group[write, written]                             // the Sets and the idle Starts, written together
+	// writes are the groups of the Sets and the idle Starts, written together: one, or on Citus
+	// one a lane (see writesOf).
+	writes []*group[write, written]
 
 	moves    clockMoves // a test clock's moves, acted on at once (now.go)
 	identity persistence.Identity
@@ -109,8 +111,6 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		saved:   make(chan struct{}, 1),
 	}
 	r.looks = &group[persistence.NodeRef, persistence.NodeState]{max: groupMax, write: r.lookAll}
-	r.writes = &group[write, written]{max: groupMax, linger: writeLinger, write: r.writeAll,
-		again: func(w write) bool { return w.start != nil }}
 	tel, err := telemetry.New(cfg.MeterProvider, cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("journey: %w", err)
@@ -180,6 +180,16 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := store.CheckRelease(ctx); err != nil {
 		r.closePool()
 		return nil, fmt.Errorf("journey: %w", err)
+	}
+	// On Citus, a group a lane: each group's write commits on its lane's worker alone, without
+	// two-phase commit, and the lanes' writes go side by side.
+	r.writes = make([]*group[write, written], 1)
+	if store.Distributed() {
+		r.writes = make([]*group[write, written], persistence.Lanes)
+	}
+	for i := range r.writes {
+		r.writes[i] = &group[write, written]{max: groupMax, linger: writeLinger, write: r.writeAll,
+			again: func(w write) bool { return w.start != nil }}
 	}
 	listen, err := r.holdIdentity(ctx)
 	if err != nil {

@@ -122,6 +122,10 @@ func (s *Store) CheckRelease(ctx context.Context) error {
 	return s.ReadLayout(ctx)
 }
 
+// Distributed reports whether the schema's per-execution tables are distributed by Citus, as
+// ReadLayout found.
+func (s *Store) Distributed() bool { return s.citus }
+
 // ReadLayout learns whether the schema's per-execution tables are distributed by Citus (see
 // migrations.Distributed), which the statements that lock rows or read across lanes then pin to
 // one lane each (see Store.citus).
