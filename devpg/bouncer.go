@@ -51,6 +51,10 @@ type BouncerConfig struct {
 	// QueryExecModeCacheStatement, works through it. An older PgBouncer refuses to start with it.
 	// Default 0: PgBouncer's own, which is none before 1.24 and 200 from 1.24 on.
 	MaxPreparedStatements int
+	// ConnectQuery is PgBouncer's connect_query: SQL that it runs on each server connection as it
+	// opens it, such as SETs that its clients cannot make, since a setting that one client made
+	// would stay on a server connection that others share. Default "": none.
+	ConnectQuery string
 }
 
 // StartBouncer starts PgBouncer on 127.0.0.1 at a free port in front of the server that upstream
@@ -88,7 +92,7 @@ func StartBouncerWith(ctx context.Context, upstream string, cfg BouncerConfig) (
 		return nil, fmt.Errorf("creating the bouncer's directory: %w", err)
 	}
 	b := &Bouncer{dir: dir, logPath: filepath.Join(dir, "pgbouncer.log"), exited: make(chan struct{})}
-	if err := b.start(ctx, bin, up, cred, cfg.MaxPreparedStatements); err != nil {
+	if err := b.start(ctx, bin, up, cred, cfg); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	return b, nil
@@ -129,7 +133,7 @@ func bouncerProgram(program string) (string, error) {
 	return debianBouncer, nil
 }
 
-func (b *Bouncer) start(ctx context.Context, bin string, up *url.URL, cred *syscall.Credential, maxPrepared int) error {
+func (b *Bouncer) start(ctx context.Context, bin string, up *url.URL, cred *syscall.Credential, cfg BouncerConfig) error {
 	port, err := freePort(ctx)
 	if err != nil {
 		return err
@@ -138,8 +142,12 @@ func (b *Bouncer) start(ctx context.Context, bin string, up *url.URL, cred *sysc
 	if user == "" {
 		user = superuser
 	}
+	server := fmt.Sprintf("host=%s port=%s", up.Hostname(), cmp.Or(up.Port(), "5432"))
+	if cfg.ConnectQuery != "" {
+		server += " connect_query='" + strings.ReplaceAll(cfg.ConnectQuery, "'", "''") + "'"
+	}
 	config := fmt.Sprintf(`[databases]
-* = host=%s port=%s
+* = %s
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -150,9 +158,9 @@ auth_file = %s
 pool_mode = transaction
 max_client_conn = 1000
 logfile = %s
-`, up.Hostname(), cmp.Or(up.Port(), "5432"), port, filepath.Join(b.dir, "users.txt"), b.logPath)
-	if maxPrepared > 0 {
-		config += fmt.Sprintf("max_prepared_statements = %d\n", maxPrepared)
+`, server, port, filepath.Join(b.dir, "users.txt"), b.logPath)
+	if cfg.MaxPreparedStatements > 0 {
+		config += fmt.Sprintf("max_prepared_statements = %d\n", cfg.MaxPreparedStatements)
 	}
 	files := map[string]string{"pgbouncer.ini": config, "users.txt": strconv.Quote(user) + ` ""` + "\n"}
 	for name, text := range files {

@@ -26,6 +26,7 @@ import (
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/devpg"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/persistence"
 )
 
 const benchDescription = `bench measures the throughput and latency of journey-go on PostgreSQL, in the manner of
@@ -88,9 +89,10 @@ for StartMany): a run with it beside one without shows what a keyed Start costs,
 -pooler puts a PgBouncer in transaction mode between the replicas and the database, with the
 direct connection for LISTEN (Config.ListenURL): a run with it beside one without, in one sitting,
 shows what the pooler costs. The program is -pgbouncer (default $JOURNEY_PGBOUNCER, else Debian's
-pgbouncer), with PgBouncer's defaults. From PgBouncer 1.21 on, bench sets max_prepared_statements
-= 200 and the replicas' DatabaseURL asks for pgx's prepared statements
-(default_query_exec_mode=cache_statement), as docs/operating.md recommends, e.g.
+pgbouncer), with PgBouncer's defaults but for a connect_query that gives each server connection
+the plan settings that the runtime gives its direct connections. From PgBouncer 1.21 on, bench
+sets max_prepared_statements = 200, and the replicas' DatabaseURL asks for pgx's prepared
+statements (default_query_exec_mode=cache_statement), as docs/operating.md recommends, e.g.
 
   journey bench -rate 1000 -duration 20s -pooler -pgbouncer .tools/pgbouncer/bin/pgbouncer
 
@@ -733,9 +735,11 @@ func (b *benchmark) bounce(ctx context.Context) (func(), error) {
 // default from 1.24 on, and more than the runtime prepares.
 const benchPreparedStatements = 200
 
-// choosePooler sets up -pooler's PgBouncer, and says which it is: from 1.21 on, it keeps
-// prepared statements (max_prepared_statements), and bounce has the replicas prepare theirs by
-// name.
+// choosePooler sets up -pooler's PgBouncer as docs/operating.md recommends, and says which it
+// is. Its connect_query gives each server connection the plan settings that the runtime gives
+// its direct connections (persistence.PlanSettings), and cannot give a pooler's. From 1.21 on, it
+// keeps prepared statements (max_prepared_statements), and bounce has the replicas prepare
+// theirs by name.
 func (b *benchmark) choosePooler(ctx context.Context) error {
 	if !b.cfg.pooler {
 		return nil
@@ -744,14 +748,18 @@ func (b *benchmark) choosePooler(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("-pooler: %w", err)
 	}
-	b.bouncer = devpg.BouncerConfig{Program: b.cfg.pgbouncer}
-	how := "no max_prepared_statements: the replicas prepare no statement by name (default_query_exec_mode=cache_describe)"
+	var sets []string
+	for _, name := range slices.Sorted(maps.Keys(persistence.PlanSettings)) {
+		sets = append(sets, "SET "+name+" = "+persistence.PlanSettings[name])
+	}
+	b.bouncer = devpg.BouncerConfig{Program: b.cfg.pgbouncer, ConnectQuery: strings.Join(sets, "; ")}
+	how := "without max_prepared_statements, the replicas' default_query_exec_mode=cache_describe"
 	if prepares {
 		b.bouncer.MaxPreparedStatements = benchPreparedStatements
-		how = fmt.Sprintf("max_prepared_statements = %d: the replicas prepare their statements by name "+
-			"(default_query_exec_mode=cache_statement)", benchPreparedStatements)
+		how = fmt.Sprintf("with max_prepared_statements = %d, the replicas' default_query_exec_mode=cache_statement",
+			benchPreparedStatements)
 	}
-	fmt.Fprintf(b.env.stdout, "bench: through PgBouncer %s, %s\n", version, how)
+	fmt.Fprintf(b.env.stdout, "bench: through PgBouncer %s %s, and connect_query = '%s'\n", version, how, b.bouncer.ConnectQuery)
 	return nil
 }
 

@@ -145,9 +145,9 @@ func TestBenchBehindAPooler(t *testing.T) {
 				t.Skip("JOURNEY_SKIP_POOLER=1")
 			}
 			return ""
-		}, `(?m)^bench: through PgBouncer \S+, no max_prepared_statements: .*\(default_query_exec_mode=cache_describe\)$`},
+		}, `(?m)^bench: through PgBouncer \S+ without max_prepared_statements, the replicas' default_query_exec_mode=cache_describe, and connect_query = 'SET enable_bitmapscan = off; .*'$`},
 		{"modern", pgtest.ModernBouncerProgram,
-			`(?m)^bench: through PgBouncer \S+, max_prepared_statements = 200: .*\(default_query_exec_mode=cache_statement\)$`},
+			`(?m)^bench: through PgBouncer \S+ with max_prepared_statements = 200, the replicas' default_query_exec_mode=cache_statement, and connect_query = 'SET enable_bitmapscan = off; .*'$`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"-n", "30", "-pooler", "-schema", pgtest.Schema(t)}
