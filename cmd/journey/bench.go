@@ -504,6 +504,11 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	// PgBouncer starts before the measured time, which starts with the replicas.
+	if unbounce, err = b.bounce(ctx); err != nil {
+		return res, err
+	}
+	defer unbounce()
 
 	res.backlogStart = b.backlog()
 	if res.promotedStart, err = b.promotions(ctx); err != nil {
@@ -521,10 +526,6 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	began := time.Now()
 	progressDone := b.printProgress(began)
 	defer progressDone()
-	if unbounce, err = b.bounce(ctx); err != nil {
-		return res, err
-	}
-	defer unbounce()
 	rts, err := b.startReplicas(ctx)
 	if err != nil {
 		return res, err
