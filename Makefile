@@ -20,6 +20,8 @@
 #                 throwaway Citus cluster, built from ../shared/tools into $TMPDIR/journey-citus
 #                 when missing (scripts/test-citus.sh); .ci/run runs it
 #   make example  the onboarding example
+#   make pgbouncer  PgBouncer 1.25, built from ../shared/tools into .tools/pgbouncer (git-ignored),
+#                 for the tests behind a pooler that keeps prepared statements; .ci/run builds it
 #   make fuzz     each fuzz test for FUZZTIME (default 1m): graph validation, value decoding, and
 #                 the checks and parsers of what callers, CLI flags and dashboard queries give;
 #                 .ci/run runs 5,000 calls of each (FUZZTIME=5000x: a duration can fail at its end
@@ -30,7 +32,7 @@ GO ?= go
 # and stops it afterwards. With TEST_DATABASE_URL already set, the tests use that database.
 WITH_DB = $(if $(TEST_DATABASE_URL),,$(GO) run ./cmd/journey dev --)
 
-.PHONY: test test-packages test-process test-citus lint bench bench-table bench-river chaos soak example fuzz
+.PHONY: test test-packages test-process test-citus lint bench bench-table bench-river chaos soak example fuzz pgbouncer
 
 # PROCESS_TESTS start replicas as processes of their own (SIGKILL, SIGSTOP, restarts). They run
 # after the other packages, not beside them, so that their processes get the machine's cores:
@@ -102,6 +104,24 @@ soak:
 
 example:
 	$(GO) run ./examples/onboarding
+
+# The tests behind a pooler run through Debian's PgBouncer (1.18 in Debian 12) and through one
+# that keeps prepared statements (1.21 or later, max_prepared_statements), which Debian 12 does not
+# package: this builds it, with ../shared/tools/build-pgbouncer.sh, where the tests look for it
+# unless JOURNEY_PGBOUNCER names another. The build needs build-essential, pkg-config,
+# libevent-dev, libssl-dev, python3, autoconf, automake and libtool; it runs again only when the
+# tarball is newer than the program.
+SHARED_TOOLS ?= $(CURDIR)/../shared/tools
+PGBOUNCER_VERSION = 1.25.2
+PGBOUNCER = $(CURDIR)/.tools/pgbouncer/bin/pgbouncer
+
+pgbouncer: $(PGBOUNCER)
+
+$(PGBOUNCER): $(SHARED_TOOLS)/pgbouncer-$(PGBOUNCER_VERSION).tar.gz
+	@scratch="$$(mktemp -d)" && trap 'rm -rf "$$scratch"' EXIT && \
+		tar -xzf "$<" -C "$$scratch" && \
+		"$(SHARED_TOOLS)/build-pgbouncer.sh" "$$scratch/pgbouncer-$(PGBOUNCER_VERSION)" "$(CURDIR)/.tools/pgbouncer" "$$scratch/build" && \
+		touch "$@"
 
 FUZZTIME ?= 1m
 FUZZ_TESTS = ./graph:FuzzNew ./graph:FuzzValue ./persistence:FuzzCheckText \

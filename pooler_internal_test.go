@@ -2,11 +2,15 @@ package journey
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net/url"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/pgtest"
@@ -60,62 +64,152 @@ func acrossReplicas(t *testing.T, g *graph.Graph, release chan struct{}, worker 
 // is woken by the NOTIFY of the other's completion: its poll, an hour, would never come.
 func TestBehindAPoolerListenURLWakesGet(t *testing.T) {
 	t.Parallel()
-	bouncer, direct, schema := pgtest.Bouncer(t), pgtest.URL(t), pgtest.Schema(t)
-	release := make(chan struct{})
-	g := graph.MustNew("pooled", "v1", []graph.Node{
-		graph.Input("x"),
-		graph.Compute("y", graph.Needs("x"), xPlusOneOnceReleased(release)),
-	})
-	cfg := Config{DatabaseURL: bouncer, ListenURL: direct, Schema: schema, Graphs: []*graph.Graph{g}, PollInterval: time.Hour}
-	cfg.ReplicaID = "worker"
-	worker := pooledReplica(t, cfg)
-	cfg.ReplicaID = "waiter"
-	acrossReplicas(t, g, release, worker, func() *Runtime { return pooledReplica(t, cfg) })
+	for _, pooler := range pgtest.Poolers {
+		t.Run(pooler.Name, func(t *testing.T) {
+			t.Parallel()
+			bouncer, direct, schema := pooler.Start(t), pgtest.URL(t), pgtest.Schema(t)
+			release := make(chan struct{})
+			g := graph.MustNew("pooled", "v1", []graph.Node{
+				graph.Input("x"),
+				graph.Compute("y", graph.Needs("x"), xPlusOneOnceReleased(release)),
+			})
+			cfg := Config{DatabaseURL: bouncer, ListenURL: direct, Schema: schema, Graphs: []*graph.Graph{g}, PollInterval: time.Hour}
+			cfg.ReplicaID = "worker"
+			worker := pooledReplica(t, cfg)
+			cfg.ReplicaID = "waiter"
+			acrossReplicas(t, g, release, worker, func() *Runtime { return pooledReplica(t, cfg) })
+		})
+	}
 }
 
 // PollOnly, behind PgBouncer with no direct connection: no LISTEN, and the Get on the other
 // replica is answered by its poll.
 func TestBehindAPoolerPollOnlyPolls(t *testing.T) {
 	t.Parallel()
-	bouncer, schema := pgtest.Bouncer(t), pgtest.Schema(t)
-	release := make(chan struct{})
-	g := graph.MustNew("polled", "v1", []graph.Node{
-		graph.Input("x"),
-		graph.Compute("y", graph.Needs("x"), xPlusOneOnceReleased(release)),
-	})
-	cfg := Config{DatabaseURL: bouncer, PollOnly: true, Schema: schema, Graphs: []*graph.Graph{g},
-		PollInterval: 100 * time.Millisecond}
-	cfg.ReplicaID = "worker"
-	worker := pooledReplica(t, cfg)
-	cfg.ReplicaID = "waiter"
-	acrossReplicas(t, g, release, worker, func() *Runtime {
-		waiter := pooledReplica(t, cfg)
-		require.Nil(t, waiter.listener, "PollOnly starts no listener")
-		return waiter
-	})
+	for _, pooler := range pgtest.Poolers {
+		t.Run(pooler.Name, func(t *testing.T) {
+			t.Parallel()
+			bouncer, schema := pooler.Start(t), pgtest.Schema(t)
+			release := make(chan struct{})
+			g := graph.MustNew("polled", "v1", []graph.Node{
+				graph.Input("x"),
+				graph.Compute("y", graph.Needs("x"), xPlusOneOnceReleased(release)),
+			})
+			cfg := Config{DatabaseURL: bouncer, PollOnly: true, Schema: schema, Graphs: []*graph.Graph{g},
+				PollInterval: 100 * time.Millisecond}
+			cfg.ReplicaID = "worker"
+			worker := pooledReplica(t, cfg)
+			cfg.ReplicaID = "waiter"
+			acrossReplicas(t, g, release, worker, func() *Runtime {
+				waiter := pooledReplica(t, cfg)
+				require.Nil(t, waiter.listener, "PollOnly starts no listener")
+				return waiter
+			})
+		})
+	}
 }
 
 // Through a pooler, a Config that says neither ListenURL nor PollOnly fails New with ErrPooler,
 // which names the fix, before it writes anything; and the two together are refused.
 func TestPoolerNeedsListenURLOrPollOnly(t *testing.T) {
 	t.Parallel()
-	bouncer, schema := pgtest.Bouncer(t), pgtest.Schema(t)
-	g := graph.MustNew("unpooled", "v1", []graph.Node{graph.Input("x")})
-	_, err := New(context.Background(), Config{DatabaseURL: bouncer, Schema: schema, Graphs: []*graph.Graph{g},
-		Logger: slog.New(slog.DiscardHandler)})
-	require.ErrorIs(t, err, ErrPooler)
-	require.ErrorContains(t, err, "ListenURL")
+	for _, pooler := range pgtest.Poolers {
+		t.Run(pooler.Name, func(t *testing.T) {
+			t.Parallel()
+			bouncer, schema := pooler.Start(t), pgtest.Schema(t)
+			g := graph.MustNew("unpooled", "v1", []graph.Node{graph.Input("x")})
+			_, err := New(context.Background(), Config{DatabaseURL: bouncer, Schema: schema, Graphs: []*graph.Graph{g},
+				Logger: slog.New(slog.DiscardHandler)})
+			require.ErrorIs(t, err, ErrPooler)
+			require.ErrorContains(t, err, "ListenURL")
 
-	var exists bool
-	require.NoError(t, pgtest.DB(t).QueryRowContext(t.Context(), "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists))
-	require.False(t, exists, "nothing was migrated")
+			var exists bool
+			require.NoError(t, pgtest.DB(t).QueryRowContext(t.Context(), "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists))
+			require.False(t, exists, "nothing was migrated")
 
-	_, err = New(context.Background(), Config{DatabaseURL: bouncer, ListenURL: pgtest.URL(t), PollOnly: true,
-		Schema: schema, Graphs: []*graph.Graph{g}})
-	require.ErrorContains(t, err, "ListenURL and PollOnly are both set")
-	_, err = New(context.Background(), Config{DatabaseURL: bouncer, ListenURL: "postgres://%zz", Schema: schema,
-		Graphs: []*graph.Graph{g}})
-	require.ErrorContains(t, err, "config: ListenURL")
+			_, err = New(context.Background(), Config{DatabaseURL: bouncer, ListenURL: pgtest.URL(t), PollOnly: true,
+				Schema: schema, Graphs: []*graph.Graph{g}})
+			require.ErrorContains(t, err, "ListenURL and PollOnly are both set")
+			_, err = New(context.Background(), Config{DatabaseURL: bouncer, ListenURL: "postgres://%zz", Schema: schema,
+				Graphs: []*graph.Graph{g}})
+			require.ErrorContains(t, err, "config: ListenURL")
+		})
+	}
+}
+
+// Behind Debian's PgBouncer, the runtime prepares no statement by name (CacheDescribe); behind one
+// that keeps prepared statements, DatabaseURL's default_query_exec_mode=cache_statement (pgx's
+// default) prepares them. There, many executions at once, from more client connections
+// (pool_max_conns=40, and the runtime's own 6) than PgBouncer has server connections
+// (default_pool_size, 20), all finish: a transaction that gets a server connection where its
+// statement was not prepared finds it prepared there by PgBouncer. The server holds the runtime's
+// statements under PgBouncer's names, and none under pgx's.
+func TestBehindAPoolerStatementsArePreparedByName(t *testing.T) {
+	t.Parallel()
+	modes := map[string]pgx.QueryExecMode{"debian": pgx.QueryExecModeCacheDescribe, "modern": pgx.QueryExecModeCacheStatement}
+	for _, pooler := range pgtest.Poolers {
+		t.Run(pooler.Name, func(t *testing.T) {
+			t.Parallel()
+			mode, ok := modes[pooler.Name]
+			require.True(t, ok, "the query mode expected behind %s", pooler.Name)
+			bouncer, schema := pooler.Start(t), pgtest.Schema(t)
+			g := graph.MustNew("prepared", "v1", []graph.Node{
+				graph.Input("x"),
+				graph.Compute("y", graph.Needs("x"), func(_ context.Context, in graph.Values) (any, error) {
+					return in.Int("x") + 1, nil
+				}),
+			})
+			u, err := url.Parse(bouncer)
+			require.NoError(t, err)
+			q := u.Query()
+			q.Set("pool_max_conns", "40")
+			u.RawQuery = q.Encode()
+			rt := pooledReplica(t, Config{DatabaseURL: u.String(), ListenURL: pgtest.URL(t), Schema: schema,
+				Graphs: []*graph.Graph{g}})
+			require.Equal(t, mode, rt.pool.Config().ConnConfig.DefaultQueryExecMode)
+
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			var eg errgroup.Group
+			for i := range 64 {
+				eg.Go(func() error {
+					for j := range 8 {
+						x := int64(i*8 + j)
+						ex, err := rt.Start(ctx, g, WithValues(map[string]any{"x": x}))
+						if err != nil {
+							return err
+						}
+						v, err := rt.Get(ctx, ex.ID, "y", WaitAny())
+						if err != nil {
+							return err
+						}
+						if v.Int() != x+1 {
+							return fmt.Errorf("y of x=%d is %d", x, v.Int())
+						}
+					}
+					return nil
+				})
+			}
+			require.NoError(t, eg.Wait())
+
+			// Through PgBouncer, in the simple protocol, which prepares nothing: the server
+			// connection that this query gets has run the runtime's statements.
+			conn, err := pgx.Connect(ctx, bouncer)
+			require.NoError(t, err)
+			defer conn.Close(ctx)
+			var byPgBouncer, byPgx int
+			require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE name LIKE 'PGBOUNCER\_%'),
+				count(*) FILTER (WHERE name NOT LIKE 'PGBOUNCER\_%')
+				FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`,
+				pgx.QueryExecModeSimpleProtocol, pgx.Identifier{schema}.Sanitize()).Scan(&byPgBouncer, &byPgx))
+			require.Zero(t, byPgx, "pgx's names never reach the server")
+			if mode == pgx.QueryExecModeCacheStatement {
+				require.Positive(t, byPgBouncer, "the runtime's statements are prepared by name, by PgBouncer")
+			} else {
+				require.Zero(t, byPgBouncer, "nothing is prepared by name")
+			}
+		})
+	}
 }
 
 // A direct connection gets the plan settings as a session setting, as it connects, and not in its

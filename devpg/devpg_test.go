@@ -68,6 +68,46 @@ func TestCluster(t *testing.T) {
 	require.Error(t, err)
 }
 
+// A bouncer passes its clients through to the cluster, and runs its ConnectQuery, quoted whole,
+// on each server connection that it opens; Stop removes its directory.
+func TestBouncerConnectQuery(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, nil)
+	if errors.Is(err, ErrNoBinaries) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+	b, err := StartBouncerWith(ctx, c.URL(), BouncerConfig{
+		ConnectQuery: "SET plan_cache_mode = force_generic_plan; SET search_path = 'it''s', public",
+	})
+	if errors.Is(err, ErrNoBouncer) && os.Getenv("JOURNEY_SKIP_POOLER") == "1" {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Stop() })
+
+	conn, err := pgx.Connect(ctx, b.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var mode, path string
+	var port int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('plan_cache_mode'), current_setting('search_path'), "+
+		"current_setting('port')::int", pgx.QueryExecModeSimpleProtocol).Scan(&mode, &path, &port))
+	require.Equal(t, "force_generic_plan", mode)
+	require.Equal(t, `"it's", public`, path)
+	require.Equal(t, c.port, port, "the cluster answers")
+	require.NotEqual(t, c.URL(), b.URL())
+
+	dir := b.dir
+	require.NoError(t, b.Stop())
+	require.NoError(t, b.Stop(), "a second Stop does nothing")
+	_, err = os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
 func TestURLOrStartUsesDatabaseURL(t *testing.T) {
 	const url = "postgres://example.invalid/db"
 	t.Setenv("DATABASE_URL", url)

@@ -24,6 +24,22 @@
 // Stop shuts the server down and removes the directory. Restart stops and starts it again on the
 // same port and data, which breaks every open connection: a test of reconnection needs no more.
 //
+// # A pooler
+//
+// StartBouncer puts a PgBouncer in transaction pooling mode in front of a cluster, for the tests
+// of what runs behind a pooler; StartBouncerWith picks the program and turns on
+// max_prepared_statements (PgBouncer 1.21 and later, which BouncerVersion tells):
+//
+//	b, err := devpg.StartBouncerWith(ctx, c.URL(), devpg.BouncerConfig{
+//		Program:               "/opt/pgbouncer/bin/pgbouncer",
+//		MaxPreparedStatements: 200,
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer b.Stop()
+//	pool, err := pgxpool.New(ctx, b.URL())
+//
 // # A program's database
 //
 // URLOrStart is for programs such as examples: it returns $DATABASE_URL when it is set, and

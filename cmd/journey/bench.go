@@ -26,6 +26,7 @@ import (
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/devpg"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/persistence"
 )
 
 const benchDescription = `bench measures the throughput and latency of journey-go on PostgreSQL, in the manner of
@@ -85,11 +86,15 @@ for StartMany): a run with it beside one without shows what a keyed Start costs,
 
   journey bench -rate 1000 -duration 20s -keyed
 
--pooler puts a PgBouncer in transaction mode (Debian's pgbouncer, its default settings) between
-the replicas and the database, with the direct connection for LISTEN (Config.ListenURL): a run
-with it beside one without, in one sitting, shows what the pooler costs, e.g.
+-pooler puts a PgBouncer in transaction mode between the replicas and the database, with the
+direct connection for LISTEN (Config.ListenURL): a run with it beside one without, in one sitting,
+shows what the pooler costs. The program is -pgbouncer (default $JOURNEY_PGBOUNCER, else Debian's
+pgbouncer), with PgBouncer's defaults but for a connect_query that gives each server connection
+the plan settings that the runtime gives its direct connections. From PgBouncer 1.21 on, bench
+sets max_prepared_statements = 200, and the replicas' DatabaseURL asks for pgx's prepared
+statements (default_query_exec_mode=cache_statement), as docs/operating.md recommends, e.g.
 
-  journey bench -rate 300 -duration 20s -pooler
+  journey bench -rate 1000 -duration 20s -pooler -pgbouncer .tools/pgbouncer/bin/pgbouncer
 
 bench uses $DATABASE_URL. Without it, it starts a throwaway PostgreSQL with pg_stat_statements
 loaded and PostgreSQL's durable defaults (fsync, synchronous_commit and full_page_writes on;
@@ -155,6 +160,7 @@ type benchConfig struct {
 	maxParallel   int           // -graph gated: the node's MaxParallel; 0: no limit
 	durable       bool          // the throwaway PostgreSQL keeps PostgreSQL's durable defaults
 	pooler        bool          // the replicas go through a PgBouncer in transaction mode
+	pgbouncer     string        // -pooler's program; "" for devpg's default, Debian's
 	keyed         bool          // each execution started gets a key of its own
 }
 
@@ -235,8 +241,11 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		"so that up to -workers run at once on each replica")
 	fs.BoolVar(&cfg.durable, "durable", true, "the throwaway PostgreSQL flushes its WAL as PostgreSQL does by default (fsync, "+
 		"synchronous_commit and full_page_writes on); -durable=false turns them off, as for the tests")
-	fs.BoolVar(&cfg.pooler, "pooler", false, "the replicas connect through a PgBouncer in transaction mode (Debian's pgbouncer, "+
-		"its default settings) started in front of the database, with the direct connection for LISTEN (Config.ListenURL)")
+	fs.BoolVar(&cfg.pooler, "pooler", false, "the replicas connect through a PgBouncer in transaction mode (-pgbouncer) "+
+		"started in front of the database, with the direct connection for LISTEN (Config.ListenURL)")
+	fs.StringVar(&cfg.pgbouncer, "pgbouncer", env.getenv("JOURNEY_PGBOUNCER"), "-pooler's pgbouncer `program` (default "+
+		"$JOURNEY_PGBOUNCER, else Debian's): from PgBouncer 1.21 on, with max_prepared_statements, and the replicas "+
+		"prepare their statements by name")
 	fs.BoolVar(&cfg.keyed, "keyed", false, "start each execution with a key of its own (journey.WithKey, WithKeys), "+
 		"for what a keyed Start costs beside an unkeyed one")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", 0, "the compute nodes' heartbeat `interval`, their heartbeat timeout 10 times it "+
@@ -254,6 +263,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	switch {
 	case fs.NArg() > 0:
 		return bad("unexpected arguments %q", fs.Args())
+	case set["pgbouncer"] && !cfg.pooler:
+		return bad("-pgbouncer applies to -pooler only")
 	case set["n"] && (set["duration"] || set["rate"]):
 		return bad("-n (drain) cannot be combined with -duration or -rate")
 	case set["n"]:
@@ -328,7 +339,8 @@ type benchmark struct {
 	cfg        benchConfig
 	env        *environment
 	url        string
-	replicaURL string // the replicas' DatabaseURL: url, or with -pooler a PgBouncer's (see bounce)
+	replicaURL string              // the replicas' DatabaseURL: url, or with -pooler a PgBouncer's (see bounce)
+	bouncer    devpg.BouncerConfig // -pooler's PgBouncer (see choosePooler)
 	nodes      []benchNode
 	logger     *slog.Logger // the replicas' logger: warnings and errors only
 	db         *monitor
@@ -472,6 +484,9 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	}
 	fmt.Fprintf(b.env.stdout, "bench: mode=%s graph=%s replicas=%d workers=%d schema=%s database=%s\n",
 		b.cfg.mode, b.cfg.shape, b.cfg.replicas, b.cfg.workers, b.cfg.schema, db.describe())
+	if err := b.choosePooler(ctx); err != nil {
+		return res, err
+	}
 
 	unbounce, err := b.bounce(ctx)
 	if err != nil {
@@ -489,6 +504,11 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	// PgBouncer starts before the measured time, which starts with the replicas.
+	if unbounce, err = b.bounce(ctx); err != nil {
+		return res, err
+	}
+	defer unbounce()
 
 	res.backlogStart = b.backlog()
 	if res.promotedStart, err = b.promotions(ctx); err != nil {
@@ -506,10 +526,6 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	began := time.Now()
 	progressDone := b.printProgress(began)
 	defer progressDone()
-	if unbounce, err = b.bounce(ctx); err != nil {
-		return res, err
-	}
-	defer unbounce()
 	rts, err := b.startReplicas(ctx)
 	if err != nil {
 		return res, err
@@ -701,16 +717,51 @@ func (b *benchmark) bounce(ctx context.Context) (func(), error) {
 	if !b.cfg.pooler {
 		return func() {}, nil
 	}
-	bouncer, err := devpg.StartBouncer(ctx, b.url)
+	bouncer, err := devpg.StartBouncerWith(ctx, b.url, b.bouncer)
 	if err != nil {
 		return nil, fmt.Errorf("-pooler: %w", err)
 	}
 	b.replicaURL = bouncer.URL()
+	if b.bouncer.MaxPreparedStatements > 0 && !strings.Contains(b.url, "default_query_exec_mode") {
+		b.replicaURL = withParam(b.replicaURL, "default_query_exec_mode", "cache_statement")
+	}
 	return func() {
 		if err := bouncer.Stop(); err != nil {
 			fmt.Fprintf(b.env.stderr, "journey bench: stopping pgbouncer: %v\n", err)
 		}
 	}, nil
+}
+
+// benchPreparedStatements is the max_prepared_statements of a PgBouncer 1.21 or later: PgBouncer's
+// default from 1.24 on, and more than the runtime prepares.
+const benchPreparedStatements = 200
+
+// choosePooler sets up -pooler's PgBouncer as docs/operating.md recommends, and says which it
+// is. Its connect_query gives each server connection the plan settings that the runtime gives
+// its direct connections (persistence.PlanSettings), and cannot give a pooler's. From 1.21 on, it
+// keeps prepared statements (max_prepared_statements), and bounce has the replicas prepare
+// theirs by name.
+func (b *benchmark) choosePooler(ctx context.Context) error {
+	if !b.cfg.pooler {
+		return nil
+	}
+	version, prepares, err := devpg.BouncerVersion(ctx, b.cfg.pgbouncer)
+	if err != nil {
+		return fmt.Errorf("-pooler: %w", err)
+	}
+	var sets []string
+	for _, name := range slices.Sorted(maps.Keys(persistence.PlanSettings)) {
+		sets = append(sets, "SET "+name+" = "+persistence.PlanSettings[name])
+	}
+	b.bouncer = devpg.BouncerConfig{Program: b.cfg.pgbouncer, ConnectQuery: strings.Join(sets, "; ")}
+	how := "without max_prepared_statements, the replicas' default_query_exec_mode=cache_describe"
+	if prepares {
+		b.bouncer.MaxPreparedStatements = benchPreparedStatements
+		how = fmt.Sprintf("with max_prepared_statements = %d, the replicas' default_query_exec_mode=cache_statement",
+			benchPreparedStatements)
+	}
+	fmt.Fprintf(b.env.stdout, "bench: through PgBouncer %s %s, and connect_query = '%s'\n", version, how, b.bouncer.ConnectQuery)
+	return nil
 }
 
 // promotions reads the gated node's promotions, for -graph gated.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -127,6 +128,41 @@ func TestBenchModes(t *testing.T) {
 	}
 }
 
+// With -pooler, the replicas work through -pgbouncer's PgBouncer: Debian's, by default, with
+// PgBouncer's defaults; and from PgBouncer 1.21 on, with max_prepared_statements, the replicas
+// preparing their statements by name.
+func TestBenchBehindAPooler(t *testing.T) {
+	t.Setenv("DATABASE_URL", pgtest.URL(t))
+	t.Setenv("JOURNEY_PGBOUNCER", "") // -pgbouncer's default: Debian's
+	for _, tc := range []struct {
+		name    string
+		program func(testing.TB) string // -pgbouncer; "" for its default
+		says    string
+	}{
+		{"debian", func(t testing.TB) string {
+			t.Helper()
+			if os.Getenv("JOURNEY_SKIP_POOLER") == "1" {
+				t.Skip("JOURNEY_SKIP_POOLER=1")
+			}
+			return ""
+		}, `(?m)^bench: through PgBouncer \S+ without max_prepared_statements, the replicas' default_query_exec_mode=cache_describe, and connect_query = 'SET enable_bitmapscan = off; .*'$`},
+		{"modern", pgtest.ModernBouncerProgram,
+			`(?m)^bench: through PgBouncer \S+ with max_prepared_statements = 200, the replicas' default_query_exec_mode=cache_statement, and connect_query = 'SET enable_bitmapscan = off; .*'$`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"-n", "30", "-pooler", "-schema", pgtest.Schema(t)}
+			if program := tc.program(t); program != "" {
+				args = append(args, "-pgbouncer", program)
+			}
+			fields, stdout := runBenchLine(t, args...)
+			require.Regexp(t, tc.says, stdout)
+			require.Equal(t, "30", fields["executions"])
+			require.Equal(t, "0", fields["failed"])
+			require.Equal(t, "0", fields["unfinished"])
+		})
+	}
+}
+
 func TestBenchCountsStatementsOnItsOwnCluster(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	fields, stdout := runBenchLine(t, "-n", "50", "-top-statements", "3")
@@ -202,6 +238,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"-n", "5", "-workers", "0"}, "-workers is 0"},
 		{[]string{"-n", "5", "-finished-rows", "-1"}, "-finished-rows is -1"},
 		{[]string{"-n", "5", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-n", "5", "-pgbouncer", "/usr/sbin/pgbouncer"}, "-pgbouncer applies to -pooler only"},
 		{[]string{"-bogus"}, "-bogus"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -225,7 +262,7 @@ func TestBenchProducers(t *testing.T) {
 		{[]string{"-duration", "1s", "-producers", "4"}, 4},
 		{[]string{"-n", "5"}, 16},
 	} {
-		cfg, _, ok := parseBenchFlags(&environment{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer)}, tc.args)
+		cfg, _, ok := parseBenchFlags(&environment{stdout: new(bytes.Buffer), stderr: new(bytes.Buffer), getenv: os.Getenv}, tc.args)
 		require.True(t, ok, tc.args)
 		require.Equal(t, tc.want, cfg.producers, tc.args)
 	}

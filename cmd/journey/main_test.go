@@ -101,29 +101,33 @@ func TestMigrate(t *testing.T) {
 // migration once: its lock lives in a transaction, which the pooler keeps on one server
 // connection, where a session's lock would be left behind on a connection others share.
 func TestMigrateThroughAPooler(t *testing.T) {
-	schema, bouncer := pgtest.Schema(t), pgtest.Bouncer(t)
-	migrate := func() (int, string, string) { return runAs(t, bouncer, "migrate", "-schema", schema) }
-	outs := make(chan string, 3)
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
+	for _, pooler := range pgtest.Poolers {
+		t.Run(pooler.Name, func(t *testing.T) {
+			schema, bouncer := pgtest.Schema(t), pooler.Start(t)
+			migrate := func() (int, string, string) { return runAs(t, bouncer, "migrate", "-schema", schema) }
+			outs := make(chan string, 3)
+			var wg sync.WaitGroup
+			for range 3 {
+				wg.Go(func() {
+					code, stdout, stderr := migrate()
+					assert.Equal(t, 0, code, stderr)
+					outs <- stdout
+				})
+			}
+			wg.Wait()
+			close(outs)
+			applied := 0
+			for out := range outs {
+				if strings.Contains(out, "applied 0001_core\n") {
+					applied++
+				} else {
+					assert.Equal(t, "schema "+schema+" is up to date\n", out)
+				}
+			}
+			require.Equal(t, 1, applied, "one run applied the migrations, the others found them done")
 			code, stdout, stderr := migrate()
-			assert.Equal(t, 0, code, stderr)
-			outs <- stdout
+			require.Equal(t, 0, code, stderr)
+			require.Equal(t, "schema "+schema+" is up to date\n", stdout, "no lock was left behind")
 		})
 	}
-	wg.Wait()
-	close(outs)
-	applied := 0
-	for out := range outs {
-		if strings.Contains(out, "applied 0001_core\n") {
-			applied++
-		} else {
-			assert.Equal(t, "schema "+schema+" is up to date\n", out)
-		}
-	}
-	require.Equal(t, 1, applied, "one run applied the migrations, the others found them done")
-	code, stdout, stderr := migrate()
-	require.Equal(t, 0, code, stderr)
-	require.Equal(t, "schema "+schema+" is up to date\n", stdout, "no lock was left behind")
 }

@@ -24,17 +24,22 @@ import (
 // for LISTEN: the migrations, the writes and the Get's wake-up.
 func TestGreetsThroughAPooler(t *testing.T) {
 	t.Parallel()
-	rt, err := journey.New(t.Context(), journey.Config{DatabaseURL: pgtest.Bouncer(t), ListenURL: pgtest.URL(t),
-		Schema: pgtest.Schema(t), Graphs: []*graph.Graph{onboarding}, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, rt.Stop(ctx))
-	})
-	var out strings.Builder
-	require.NoError(t, greet(t.Context(), &out, rt))
-	require.Contains(t, out.String(), "greeting: Welcome, Mario at mario@example.com (revision 4)")
+	for _, pooler := range pgtest.Poolers {
+		t.Run(pooler.Name, func(t *testing.T) {
+			t.Parallel()
+			rt, err := journey.New(t.Context(), journey.Config{DatabaseURL: pooler.Start(t), ListenURL: pgtest.URL(t),
+				Schema: pgtest.Schema(t), Graphs: []*graph.Graph{onboarding}, Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				require.NoError(t, rt.Stop(ctx))
+			})
+			var out strings.Builder
+			require.NoError(t, greet(t.Context(), &out, rt))
+			require.Contains(t, out.String(), "greeting: Welcome, Mario at mario@example.com (revision 4)")
+		})
+	}
 }
 
 // The README gives main_test.go as a test to copy into a module of yours: it imports only the

@@ -31,10 +31,14 @@ func TestSIGKILLedReplicaLosesNothing(t *testing.T) {
 // Two replicas behind PgBouncer in transaction mode, with a direct connection for LISTEN: the
 // migrations, the submissions and the audit go through the pooler too.
 func TestSIGKILLedReplicaBehindAPoolerLosesNothing(t *testing.T) {
-	cfg := defaults()
-	cfg.ListenURL = pgtest.URL(t)
-	c := newCluster(t, pgtest.Bouncer(t), cfg)
-	killOneLosesNothing(t, c, []*worker{c.start(t, "w0"), c.start(t, "w1")})
+	for _, pooler := range pgtest.Poolers {
+		t.Run(pooler.Name, func(t *testing.T) {
+			cfg := defaults()
+			cfg.ListenURL = pgtest.URL(t)
+			c := newCluster(t, pooler.Start(t), cfg)
+			killOneLosesNothing(t, c, []*worker{c.start(t, "w0"), c.start(t, "w1")})
+		})
+	}
 }
 
 // killOneLosesNothing runs executions on the workers, first without a kill, then with a SIGKILL

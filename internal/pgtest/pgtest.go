@@ -25,6 +25,7 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -32,7 +33,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -282,15 +285,106 @@ func Cluster(tb testing.TB) *devpg.Cluster {
 	return c
 }
 
+// Pooler is a PgBouncer in transaction pooling mode for a test to run through.
+type Pooler struct {
+	// Name names it in a subtest: "debian" or "modern".
+	Name string
+	// Start starts it for the test and returns its URL: Bouncer or ModernBouncer.
+	Start func(testing.TB) string
+}
+
+// Poolers are the PgBouncers that the tests behind a pooler run through, each in a subtest:
+// Debian's, where a statement prepared by name does not outlive its transaction (Bouncer), and
+// one that keeps prepared statements (ModernBouncer).
+var Poolers = []Pooler{{"debian", Bouncer}, {"modern", ModernBouncer}}
+
 // Bouncer starts a PgBouncer in transaction pooling mode in front of the test database, for this
-// test alone (devpg.StartBouncer), and returns its URL; it is stopped when the test ends. It
-// fails the test if pgbouncer is not installed, unless JOURNEY_SKIP_POOLER=1, which skips it.
+// test alone (devpg.StartBouncer: Debian's, PgBouncer 1.18 in Debian 12, unless another is on
+// PATH), and returns its URL; it is stopped when the test ends. It fails the test if pgbouncer is
+// not installed, unless JOURNEY_SKIP_POOLER=1, which skips it.
 func Bouncer(tb testing.TB) string {
 	tb.Helper()
-	url := URL(tb)
+	return startBouncer(tb, devpg.BouncerConfig{})
+}
+
+// ModernBouncer starts a PgBouncer that keeps prepared statements (1.21 or later, with
+// max_prepared_statements = 200) in transaction pooling mode in front of the test database, for
+// this test alone, and returns its URL with default_query_exec_mode=cache_statement: pgx's
+// default mode, which prepares each statement by name, as a DatabaseURL behind such a pooler asks
+// for. It is stopped when the test ends. The program is ModernBouncerProgram's.
+func ModernBouncer(tb testing.TB) string {
+	tb.Helper()
+	cfg := devpg.BouncerConfig{Program: ModernBouncerProgram(tb), MaxPreparedStatements: modernPreparedStatements}
+	u, err := url.Parse(startBouncer(tb, cfg))
+	if err != nil {
+		tb.Fatalf("pgtest: parsing pgbouncer's URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("default_query_exec_mode", "cache_statement")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// modernPreparedStatements is ModernBouncer's max_prepared_statements: PgBouncer's default from
+// 1.24 on, and more than the runtime prepares.
+const modernPreparedStatements = 200
+
+// ModernBouncerProgram returns the path of a PgBouncer 1.21 or later: $JOURNEY_PGBOUNCER, or else
+// the one that make pgbouncer builds into .tools/pgbouncer at the module's root. Without either,
+// it fails the test, unless JOURNEY_SKIP_POOLER=1, which skips it; and it fails the test if the
+// program is older than 1.21.
+func ModernBouncerProgram(tb testing.TB) string {
+	tb.Helper()
+	program := cmp.Or(os.Getenv("JOURNEY_PGBOUNCER"), builtBouncer())
+	if program == "" {
+		msg := "pgtest: no PgBouncer 1.21 or later for the tests behind a pooler that keeps prepared statements: " +
+			"run make pgbouncer, which builds one into .tools/pgbouncer, or set JOURNEY_PGBOUNCER to one " +
+			"(or set JOURNEY_SKIP_POOLER=1 to skip the tests behind a pooler)"
+		if os.Getenv("JOURNEY_SKIP_POOLER") == "1" {
+			tb.Skip(msg)
+		}
+		tb.Fatalf("%s", msg)
+	}
+	version, prepares, err := devpg.BouncerVersion(context.Background(), program)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	if !prepares {
+		tb.Fatalf("pgtest: %s is PgBouncer %s, which cannot keep prepared statements: the tests need 1.21 or later "+
+			"(make pgbouncer builds one into .tools/pgbouncer)", program, version)
+	}
+	return program
+}
+
+// builtBouncer returns the pgbouncer that make pgbouncer builds, in .tools/pgbouncer at the root
+// of the module (the nearest directory with a go.mod, from the test's up), or "" if there is none.
+func builtBouncer() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			program := filepath.Join(dir, ".tools", "pgbouncer", "bin", "pgbouncer")
+			if _, err := os.Stat(program); err != nil {
+				return ""
+			}
+			return program
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+func startBouncer(tb testing.TB, cfg devpg.BouncerConfig) string {
+	tb.Helper()
+	upstream := URL(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	b, err := devpg.StartBouncer(ctx, url)
+	b, err := devpg.StartBouncerWith(ctx, upstream, cfg)
 	if errors.Is(err, devpg.ErrNoBouncer) && os.Getenv("JOURNEY_SKIP_POOLER") == "1" {
 		tb.Skip(err)
 	}
