@@ -43,7 +43,9 @@ PROCESS_TESTS = ./internal/chaos
 JOURNEY_SOAK_DURATION ?= 10m
 JOURNEY_SOAK_RATE ?= 20
 
-test:
+# make test builds PgBouncer 1.25 for the tests behind a pooler, unless they are skipped or
+# JOURNEY_PGBOUNCER names one.
+test: $(if $(JOURNEY_SKIP_POOLER)$(JOURNEY_PGBOUNCER),,pgbouncer)
 	$(GO) vet ./...
 	$(WITH_DB) $(MAKE) --no-print-directory test-packages test-process
 
