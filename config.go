@@ -82,11 +82,12 @@ type Config struct {
 	// pooler without max_prepared_statements breaks: each is parsed and planned at each call
 	// (pgx's QueryExecModeCacheDescribe, one round trip as before), unless DatabaseURL sets
 	// default_query_exec_mode (cache_statement, behind PgBouncer 1.21 or later with
-	// max_prepared_statements, prepares them again). And it puts no setting on a
-	// session, where it would stay on a server connection that other clients share: not the plan
-	// settings of Pool's comment, nor IdleInTransactionTimeout (set PgBouncer's
-	// idle_transaction_timeout instead). The README's "Behind a connection pooler" gives
-	// PgBouncer's settings. With Pool instead of DatabaseURL, the pool is yours: give it a
+	// max_prepared_statements, prepares them again, as docs/operating.md recommends). And it puts
+	// no setting on a session, where it would stay on a server connection that other clients
+	// share: not the plan settings of Pool's comment (give them to the pooler's server
+	// connections), nor IdleInTransactionTimeout (set PgBouncer's idle_transaction_timeout
+	// instead). "Behind a connection pooler" in docs/operating.md gives PgBouncer's settings and
+	// what they cost. With Pool instead of DatabaseURL, the pool is yours: give it a
 	// QueryExecMode that works behind the pooler, such as pgx.QueryExecModeCacheDescribe. Default
 	// "": DatabaseURL is direct, and carries LISTEN too.
 	ListenURL string

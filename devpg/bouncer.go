@@ -45,8 +45,8 @@ type BouncerConfig struct {
 	// Program is the pgbouncer program. Default: pgbouncer on PATH, else /usr/sbin/pgbouncer,
 	// where Debian's package puts it (PgBouncer 1.18 in Debian 12).
 	Program string
-	// MaxPreparedStatements is PgBouncer's max_prepared_statements, which PgBouncer 1.21 added: above
-	// 0, PgBouncer prepares a statement that a client prepared by name on whichever server
+	// MaxPreparedStatements is PgBouncer's max_prepared_statements, which PgBouncer 1.21 added:
+	// above 0, PgBouncer prepares a statement that a client prepared by name on whichever server
 	// connection the client's next transaction gets, so that pgx's default query mode,
 	// QueryExecModeCacheStatement, works through it. An older PgBouncer refuses to start with it.
 	// Default 0: PgBouncer's own, which is none before 1.24 and 200 from 1.24 on.
@@ -66,9 +66,9 @@ type BouncerConfig struct {
 // transaction. Only max_client_conn is raised, to 1,000, for tests that run several replicas. Its
 // users are trusted, as devpg's cluster trusts them.
 //
-// It starts the pgbouncer on PATH, or else Debian's; StartBouncerWith starts another, with
-// max_prepared_statements. It returns once a connection through it works. The caller must call
-// Stop.
+// It starts the pgbouncer on PATH, or else Debian's; StartBouncerWith starts another, or sets
+// max_prepared_statements or connect_query. It returns once a connection through it works. The
+// caller must call Stop.
 func StartBouncer(ctx context.Context, upstream string) (*Bouncer, error) {
 	return StartBouncerWith(ctx, upstream, BouncerConfig{})
 }

@@ -27,8 +27,9 @@
 // # A pooler
 //
 // StartBouncer puts a PgBouncer in transaction pooling mode in front of a cluster, for the tests
-// of what runs behind a pooler; StartBouncerWith picks the program and turns on
-// max_prepared_statements (PgBouncer 1.21 and later, which BouncerVersion tells):
+// of what runs behind a pooler. StartBouncerWith picks the program, and sets
+// max_prepared_statements (PgBouncer 1.21 and later, which BouncerVersion tells) or a
+// connect_query for the server connections:
 //
 //	b, err := devpg.StartBouncerWith(ctx, c.URL(), devpg.BouncerConfig{
 //		Program:               "/opt/pgbouncer/bin/pgbouncer",
