@@ -102,35 +102,16 @@ func (s *Store) runEnd(lanes []int16, i int) int {
 	return j
 }
 
-// noLane is the lane of everyLane's one pass on one PostgreSQL: it pins nothing.
+// noLane is the lane of lanesWith's one pass on one PostgreSQL: it pins nothing.
 const noLane = -1
-
-// allLanes are the lanes, in order.
-var allLanes = func() []int16 {
-	lanes := make([]int16, Lanes)
-	for i := range lanes {
-		lanes[i] = int16(i)
-	}
-	return lanes
-}()
-
-// everyLane is the passes of a statement that reads or writes the rows of every execution (a
-// promotion, a sweep): on Citus, once for each lane, pinned to it with lanePin; on one
-// PostgreSQL, once, with noLane.
-func (s *Store) everyLane() []int16 {
-	if !s.citus {
-		return []int16{noLane}
-	}
-	return allLanes
-}
 
 // lanesWith is the passes of a statement over every lane that has rows to read or write, which
 // query, a SELECT of lanes with args, finds: on Citus, the lanes it returns, in order, found by a
 // read of every shard that locks nothing, before a statement a lane that locks what it finds; on
-// one PostgreSQL, everyLane's one pass, and no query.
+// one PostgreSQL, one pass, noLane, and no query.
 func (s *Store) lanesWith(ctx context.Context, db bun.IDB, query string, args ...any) ([]int16, error) {
 	if !s.citus {
-		return s.everyLane(), nil
+		return []int16{noLane}, nil
 	}
 	var lanes []int16
 	err := db.NewRaw(s.q(`SELECT DISTINCT l.lane FROM (`+query+`) l ORDER BY l.lane`), args...).Scan(ctx, &lanes)
@@ -140,9 +121,9 @@ func (s *Store) lanesWith(ctx context.Context, db bun.IDB, query string, args ..
 	return lanes, nil
 }
 
-// lanePin is the condition that pins the rows of alias (or of the one table, "") to lane, a pass of everyLane: nothing for
-// noLane. The lane is written into the statement, where Citus reads it to send the statement to
-// its shard alone.
+// lanePin is the condition that pins the rows of alias (or of the one table, "") to lane, a
+// pass of lanesWith: nothing for noLane. The lane is written into the statement, where Citus
+// reads it to send the statement to its shard alone.
 func lanePin(alias string, lane int16) string {
 	if lane == noLane {
 		return ""

@@ -27,13 +27,14 @@ func TestStatementsOnCitus(t *testing.T) {
 
 	require.Empty(t, plain.pinned("n", "$1"))
 	require.Equal(t, " AND n.lane = ANY($1::smallint[])", citus.pinned("n", "$1"))
-	require.Equal(t, []int16{noLane}, plain.everyLane())
-	require.Len(t, citus.everyLane(), Lanes)
+	lanes, err := plain.lanesWith(t.Context(), nil, "not sent")
+	require.NoError(t, err)
+	require.Equal(t, []int16{noLane}, lanes, "one pass, and no statement, on one PostgreSQL")
 	require.Empty(t, lanePin("n", noLane))
 	require.Equal(t, " AND n.lane = 7", lanePin("n", 7))
 	require.Equal(t, " AND lane = 7", lanePin("", 7))
 
-	lanes := []int16{1, 1, 4, 9, 9, 9}
+	lanes = []int16{1, 1, 4, 9, 9, 9}
 	var runs [][2]int
 	for i, j := 0, 0; i < len(lanes); i = j {
 		j = citus.runEnd(lanes, i)

@@ -221,7 +221,7 @@ func (s *Store) abandon(ctx context.Context, limit int, res *SweepResult) error 
 // the attempt after, but those of skip.
 //
 // The replicas are read first, and passed on to the search of the attempts, a statement a lane
-// on Citus (see everyLane), where a statement cannot join the distributed nodes with the
+// on Citus (see lanesWith), where a statement cannot join the distributed nodes with the
 // replicas' table.
 func (s *Store) expiredAttempts(ctx context.Context, after int64, skip []int64, limit int) ([]expired, error) {
 	var replicas []struct {
