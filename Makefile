@@ -122,7 +122,7 @@ pgbouncer: $(PGBOUNCER)
 $(PGBOUNCER): $(SHARED_TOOLS)/pgbouncer-$(PGBOUNCER_VERSION).tar.gz
 	@scratch="$$(mktemp -d)" && trap 'rm -rf "$$scratch"' EXIT && \
 		tar -xzf "$<" -C "$$scratch" && \
-		"$(SHARED_TOOLS)/build-pgbouncer.sh" "$$scratch/pgbouncer-$(PGBOUNCER_VERSION)" "$(CURDIR)/.tools/pgbouncer" "$$scratch/build" && \
+		NICE= "$(SHARED_TOOLS)/build-pgbouncer.sh" "$$scratch/pgbouncer-$(PGBOUNCER_VERSION)" "$(CURDIR)/.tools/pgbouncer" "$$scratch/build" && \
 		touch "$@"
 
 FUZZTIME ?= 1m
