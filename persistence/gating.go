@@ -258,7 +258,9 @@ func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 		}
 		cands = append(cands, found...)
 	}
-
+	if len(lanes) > 1 { // oldest first across the lanes too, as the attempts' ids go
+		slices.SortFunc(cands, func(a, b *candidate) int { return cmp.Compare(a.ID, b.ID) })
+	}
 	if len(cands) == 0 {
 		return nil, nil
 	}
