@@ -277,7 +277,7 @@ type startGroup struct {
 // Citus, those of the lane of id (see writesOf).
 func (r *Runtime) startsOf(g *graph.Graph, id string) *group[start, *persistence.Execution] {
 	key := startGroup{g: g}
-	if len(r.writes) > 1 {
+	if r.store.Distributed() {
 		key.lane = persistence.LaneOf(id)
 	}
 	if s, ok := r.starts.Load(key); ok {

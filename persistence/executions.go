@@ -298,19 +298,20 @@ func (s *Store) insertSteps(ins *inserts) []step {
 			AND e.key IS NOT NULL AND e.archived_at IS NULL OFFSET 0) e`), []any{heldKeys, heldNames}, collect(&ins.holders)})
 	}
 	// On Citus, a key is looked for in its lane, as its index leads with the lane.
-	for _, lane := range slices.Compact(slices.Clone(lanes)) {
-		var laneKeys, laneNames []string
-		for k, key := range heldKeys {
-			if laneOfKey(heldNames[k], key) == lane {
-				laneKeys, laneNames = append(laneKeys, key), append(laneNames, heldNames[k])
-			}
+	type laneKeys struct{ keys, names []string }
+	byLane := map[int16]*laneKeys{}
+	for k, key := range heldKeys {
+		lane := laneOfKey(heldNames[k], key)
+		if byLane[lane] == nil {
+			byLane[lane] = &laneKeys{}
 		}
-		if len(laneKeys) > 0 {
-			// More than the pairs, maybe, which found leaves out.
-			steps = append(steps, step{s.q(`SELECT ` + s.executionRead("e") + ` FROM {s}.executions e
-				WHERE e.lane = $3 AND e.key = ANY($1::text[]) AND e.graph_name = ANY($2::text[]) AND e.archived_at IS NULL`),
-				[]any{laneKeys, laneNames, lane}, collect(&ins.holders)})
-		}
+		byLane[lane].keys, byLane[lane].names = append(byLane[lane].keys, key), append(byLane[lane].names, heldNames[k])
+	}
+	for _, lane := range slices.Sorted(maps.Keys(byLane)) {
+		// More than the pairs, maybe, which found leaves out.
+		steps = append(steps, step{s.q(`SELECT ` + s.executionRead("e") + ` FROM {s}.executions e
+			WHERE e.lane = $3 AND e.key = ANY($1::text[]) AND e.graph_name = ANY($2::text[]) AND e.archived_at IS NULL`),
+			[]any{byLane[lane].keys, byLane[lane].names, lane}, collect(&ins.holders)})
 	}
 	return steps
 }

@@ -105,13 +105,16 @@ func (s *Store) runEnd(lanes []int16, i int) int {
 // noLane is the lane of lanesWith's one pass on one PostgreSQL: it pins nothing.
 const noLane = -1
 
+// onePass is lanesWith's passes on one PostgreSQL. Read only.
+var onePass = []int16{noLane}
+
 // lanesWith is the passes of a statement over every lane that has rows to read or write, which
 // query, a SELECT of lanes with args, finds: on Citus, the lanes it returns, in order, found by a
 // read of every shard that locks nothing, before a statement a lane that locks what it finds; on
 // one PostgreSQL, one pass, noLane, and no query.
 func (s *Store) lanesWith(ctx context.Context, db bun.IDB, query string, args ...any) ([]int16, error) {
 	if !s.citus {
-		return []int16{noLane}, nil
+		return onePass, nil
 	}
 	var lanes []int16
 	err := db.NewRaw(s.q(`SELECT DISTINCT l.lane FROM (`+query+`) l ORDER BY l.lane`), args...).Scan(ctx, &lanes)
