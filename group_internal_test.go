@@ -252,6 +252,7 @@ func TestGroupedLooksAnswerEachCaller(t *testing.T) {
 // node that is not an input) gets its own error and writes nothing, while the others succeed; two
 // Sets of one execution each get a revision of their own.
 func TestGroupedSetsAnswerEachCaller(t *testing.T) {
+	pgtest.SkipOnCitus(t, "the writes of a group commit lane by lane, each in a transaction of its own")
 	t.Parallel()
 	g := graph.MustNew("sets", "v1", []graph.Node{
 		graph.Input("x"),
@@ -414,6 +415,7 @@ func TestGroupLingersOnlyWhenBusy(t *testing.T) {
 // that the first try made for it, never a second one, and a keyed one is not Existing. The
 // executions are as the first try left them: not advanced again, their values not set again.
 func TestGroupedStartsWhoseCommitGotNoAnswer(t *testing.T) {
+	pgtest.SkipOnCitus(t, "Starts are grouped by lane, and the callers' Starts take several lanes")
 	t.Parallel()
 	for _, withValues := range []bool{false, true} {
 		t.Run(map[bool]string{false: "idle", true: "with values"}[withValues], func(t *testing.T) {

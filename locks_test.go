@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/journey-go/journey/persistence"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -66,7 +68,7 @@ func TestCompleterGivesUpOnAHeldExecutionAndRecordsOnceItIsFree(t *testing.T) {
 	defer func() { _ = holder.Close(ctx) }()
 	tx, err := holder.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{cfg.Schema, "executions"}.Sanitize()+" WHERE id = $1 FOR UPDATE", ex.ID)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{cfg.Schema, "executions"}.Sanitize()+" WHERE lane = $1 AND id = $2 FOR UPDATE", persistence.LaneOf(ex.ID), ex.ID)
 	require.NoError(t, err)
 	released := time.Now()
 	close(release)

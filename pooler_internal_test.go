@@ -215,6 +215,7 @@ func TestBehindAPoolerStatementsArePreparedByName(t *testing.T) {
 // A direct connection gets the plan settings as a session setting, as it connects, and not in its
 // startup packet, which a pooler refuses.
 func TestDirectConnectionsGetThePlanSettings(t *testing.T) {
+	pgtest.SkipOnCitus(t, "connections keep plan_cache_mode auto (see sessionSettings)")
 	t.Parallel()
 	g := graph.MustNew("direct", "v1", []graph.Node{graph.Input("x")})
 	rt := pooledReplica(t, Config{DatabaseURL: pgtest.URL(t), Schema: pgtest.Schema(t), Graphs: []*graph.Graph{g}})

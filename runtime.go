@@ -272,11 +272,13 @@ func sessionSettings(params map[string]string, idleInTx time.Duration) func(cont
 		var pid int64
 		// On a server that loads Citus, plans stay PostgreSQL's choice: Citus plans a generic plan
 		// of a statement that passes a parameter to a function (unnest($1)) with no distributed
-		// plan, and fails it.
+		// plan, and fails it. And a transaction's SET LOCAL (its lock timeout) goes to the workers
+		// it opens, where its rows are locked.
 		err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), (SELECT count(set_config(n, CASE WHEN n = 'plan_cache_mode'
 				AND current_setting('citus.shard_count', true) IS NOT NULL THEN 'auto' ELSE v END, false))
-			FROM unnest($1::text[], $2::text[]) AS s(n, v) WHERE pg_backend_pid() = $3::bigint)`,
-			pgx.QueryExecModeSimpleProtocol, names, values, announced).Scan(&pid, nil)
+			FROM unnest($1::text[], $2::text[]) AS s(n, v) WHERE pg_backend_pid() = $3::bigint),
+			(SELECT set_config('citus.propagate_set_commands', 'local', false) WHERE current_setting('citus.shard_count', true) IS NOT NULL)`,
+			pgx.QueryExecModeSimpleProtocol, names, values, announced).Scan(&pid, nil, nil)
 		switch {
 		case err != nil:
 			return fmt.Errorf("applying the session settings %s: %w", strings.Join(names, ", "), err)

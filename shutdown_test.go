@@ -183,10 +183,10 @@ func TestStopReleasesTheClaimsThatNoAttemptTookUp(t *testing.T) {
 			SELECT `+attemptColumns+` FROM `+table("nodes")+` WHERE execution_id = $1 AND node = 'y'
 			RETURNING lane, execution_id, node, attempt_id)
 		UPDATE `+table("nodes")+` n SET attempt_id = r.attempt_id + 1, state = 'RUNNING', attempt = 2, run_at = now(),
-			replica_id = $2, claim_token = gen_random_uuid(), claimed_at = now(), deadline = now() + interval '1 hour',
+			replica_id = $2, claim_token = $3, claimed_at = now(), deadline = now() + interval '1 hour',
 			heartbeat_deadline = now() + interval '1 hour', finished_at = NULL, error = NULL
 		FROM replaced r WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node
-		RETURNING n.attempt_id`, ex.ID, cfg.ReplicaID).Scan(&id))
+		RETURNING n.attempt_id`, ex.ID, cfg.ReplicaID, "3f2a9c1e-0b7d-4e5a-9c3f-1d2e3f4a5b6c").Scan(&id))
 
 	require.NoError(t, rt.Stop(stopCtx(t)))
 	got := attempts(t, observer(t, cfg.Schema), ex.ID, "y")

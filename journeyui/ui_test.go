@@ -94,6 +94,7 @@ func store(t *testing.T, schema string) *persistence.Store {
 	t.Helper()
 	s, err := persistence.New(persistence.Config{DB: pgtest.BunDB(t, pgtest.URL(t)), Schema: schema})
 	require.NoError(t, err)
+	require.NoError(t, s.ReadLayout(t.Context()))
 	return s
 }
 

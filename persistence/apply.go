@@ -185,13 +185,13 @@ func (s *Store) applySteps(t *txn, sts []*execState) []step {
 	}
 	var steps []step
 	if len(ins.ids) > 0 {
-		steps = append(steps, s.nodeStep(nodeInsertQuery, &ins, sts))
+		steps = append(steps, s.nodeStep(s.q(nodeInsertQuery), &ins, sts))
 	}
 	if len(upd.ids) > 0 {
-		steps = append(steps, s.nodeStep(nodeUpdateQuery, &upd, sts))
+		steps = append(steps, s.nodeStep(s.form(nodeUpdateQuery), &upd, sts))
 	}
 	if len(outcome.ids) > 0 {
-		st := s.nodeStep(nodeOutcomeQuery, &outcome, sts)
+		st := s.nodeStep(s.form(nodeOutcomeQuery), &outcome, sts)
 		st.args = outcome.outcomeArgs()
 		steps = append(steps, st)
 	}
@@ -202,7 +202,7 @@ func (s *Store) applySteps(t *txn, sts []*execState) []step {
 		steps = append(steps, step{s.q(attemptsInsertQuery), attemptColumnsOf(superseded), nil})
 	}
 	if len(cold.ids) > 0 {
-		steps = append(steps, step{s.q(coldUpdateQuery), cold.args(s.clock.NowOrNil()), nil})
+		steps = append(steps, step{s.form(coldUpdateQuery), cold.args(s.clock.NowOrNil()), nil})
 	}
 	if len(events.ids) > 0 {
 		steps = append(steps, s.eventsStep(t, &events))
@@ -348,22 +348,22 @@ var nodeInsertQuery = `INSERT INTO {s}.nodes AS n (` + strings.Join(nodeColumns,
 // nodeUpdateQuery updates the node rows that the writes change. A row whose attempt runs under the
 // same claim after the write (its value changed, say) keeps the heartbeats that reached it
 // meanwhile: the write loaded it before them.
-var nodeUpdateQuery = `UPDATE {s}.nodes n SET ` + nodeSet + ` FROM (` + nodeRows + `) r
-	WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node` + nodeReturning
+var nodeUpdateQuery = pinLanes(`UPDATE {s}.nodes n SET `+nodeSet+` FROM (`+nodeRows+`) r
+	WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node{pin}`+nodeReturning, "n")
 
 // nodeOutcomeQuery updates the node rows whose attempt stays the one loaded, claimed as it was
 // (see keepsAttempt): their value, and their attempt's outcome. It sends 14 arrays where
 // nodeUpdateQuery sends 33, and PostgreSQL unnests each into a store of its own: in a drain, the
 // completions' UPDATE took 25 µs a row, 11 of them unnesting the arrays nothing changed. The
 // heartbeat columns are left as they are: a heartbeat may have extended them since the load.
-var nodeOutcomeQuery = `UPDATE {s}.nodes n SET rev = r.rev, changed_at = r.changed_at, value = r.value::jsonb,
+var nodeOutcomeQuery = pinLanes(`UPDATE {s}.nodes n SET rev = r.rev, changed_at = r.changed_at, value = r.value::jsonb,
 		metadata = r.metadata::jsonb, value_rev = r.value_rev, set_at = r.set_at, hseq = r.hseq, state = r.state,
 		computed_with = r.computed_with::jsonb, error = r.error, finished_at = r.finished_at
 	FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[], $7::text[], $8::bigint[],
 			$9::timestamptz[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::timestamptz[])
 		AS r(lane, execution_id, node, rev, changed_at, value, metadata, value_rev, set_at, hseq, state, computed_with, error,
 			finished_at)
-	WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node` + nodeReturning
+	WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node{pin}`+nodeReturning, "n")
 
 // nodeSet sets every column of a node row to r's, but its key.
 var nodeSet = func() string {
@@ -385,7 +385,7 @@ var nodeSet = func() string {
 // nodeStep is the statement query of the node writes w, which reads back, into the states, the
 // values as PostgreSQL keeps them (the same JSON, spelled its own way) and the claims' times.
 func (s *Store) nodeStep(query string, w *nodeWrites, sts []*execState) step {
-	return step{s.q(query), w.args(s.clock.NowOrNil()), func(br pgx.BatchResults) error {
+	return step{query, w.args(s.clock.NowOrNil()), func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return fmt.Errorf("writing %d node row(s): %w", len(w.ids), err)
@@ -516,12 +516,12 @@ func (w *coldWrites) args(now any) []any {
 }
 
 // coldUpdateQuery writes the executions' cold columns.
-const coldUpdateQuery = `UPDATE {s}.executions e
+var coldUpdateQuery = pinLanes(`UPDATE {s}.executions e
 	SET revision = r.revision, updated_at = coalesce($7::timestamptz, now()), archived_at = r.archived_at,
 		failure_phase = r.failure_phase, wake_at = r.wake_at
 	FROM unnest($1::smallint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::int[], $6::timestamptz[])
 		AS r(lane, id, revision, archived_at, failure_phase, wake_at)
-	WHERE e.lane = r.lane AND e.id = r.id`
+	WHERE e.lane = r.lane AND e.id = r.id{pin}`, "e")
 
 // eventClaim is a lifecycle event that a write claims: the failure of a phase, or the
 // completion; a failure keeps the nodes that had failed, as JSON.

@@ -44,17 +44,18 @@ func tableColumns[T any](computed ...string) []string {
 
 // executionRead selects an execution of the executions table alias as Execution scans it: its
 // revision is the greatest of the row's and of its node rows', and its updated_at their latest,
-// since the hot path writes the node rows alone.
-func (s *Store) executionRead(alias string) string {
+// since the hot path writes the node rows alone. pin is a condition on those node rows (n) that
+// pins them to the execution's lane on Citus (see pinned), or "".
+func (s *Store) executionRead(alias, pin string) string {
 	names := make([]string, len(executionColumns))
 	for i, c := range executionColumns {
 		switch c {
 		case "revision":
 			names[i] = fmt.Sprintf(`greatest(%[1]s.revision, (SELECT max(n.rev) FROM {s}.nodes n
-				WHERE n.lane = %[1]s.lane AND n.execution_id = %[1]s.id)) AS revision`, alias)
+				WHERE n.lane = %[1]s.lane AND n.execution_id = %[1]s.id%[2]s)) AS revision`, alias, pin)
 		case "updated_at":
 			names[i] = fmt.Sprintf(`greatest(%[1]s.updated_at, (SELECT max(n.changed_at) FROM {s}.nodes n
-				WHERE n.lane = %[1]s.lane AND n.execution_id = %[1]s.id)) AS updated_at`, alias)
+				WHERE n.lane = %[1]s.lane AND n.execution_id = %[1]s.id%[2]s)) AS updated_at`, alias, pin)
 		default:
 			names[i] = alias + "." + c
 		}

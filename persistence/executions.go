@@ -283,7 +283,7 @@ func (s *Store) insertSteps(ins *inserts) []step {
 				RETURNING ` + cols("", executionColumns) + `)
 		SELECT ` + cols("", executionColumns) + `, true AS made FROM made
 		UNION ALL
-		SELECT ` + s.executionRead("x") + `, false FROM ` + executionKeys("$1", "$2") + ` k
+		SELECT ` + s.executionRead("x", s.pinned("n", "$1")) + `, false FROM ` + executionKeys("$1", "$2") + ` k
 		JOIN {s}.executions x ON x.lane = k.lane AND x.id = k.id WHERE x.id NOT IN (SELECT id FROM made)` + s.pinned("x", "$1")),
 			[]any{lanes[i:j], ids[i:j], names[i:j], versions[i:j], keys[i:j], s.clock.NowOrNil()}, collect(&ins.rows)})
 	}
@@ -294,7 +294,7 @@ func (s *Store) insertSteps(ins *inserts) []step {
 	// a join read every keyed execution, 0.48 ms a call after 10,000 of them.
 	if !s.citus {
 		return append(steps, step{s.q(`SELECT ` + cols("e", executionColumns) + ` FROM unnest($1::text[], $2::text[]) AS k(key, graph_name),
-		LATERAL (SELECT ` + s.executionRead("e") + ` FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
+		LATERAL (SELECT ` + s.executionRead("e", "") + ` FROM {s}.executions e WHERE e.key = k.key AND e.graph_name = k.graph_name
 			AND e.key IS NOT NULL AND e.archived_at IS NULL OFFSET 0) e`), []any{heldKeys, heldNames}, collect(&ins.holders)})
 	}
 	// On Citus, a key is looked for in its lane, as its index leads with the lane.
@@ -309,7 +309,7 @@ func (s *Store) insertSteps(ins *inserts) []step {
 	}
 	for _, lane := range slices.Sorted(maps.Keys(byLane)) {
 		// More than the pairs, maybe, which found leaves out.
-		steps = append(steps, step{s.q(`SELECT ` + s.executionRead("e") + ` FROM {s}.executions e
+		steps = append(steps, step{s.q(`SELECT ` + s.executionRead("e", " AND n.lane = $3") + ` FROM {s}.executions e
 			WHERE e.lane = $3 AND e.key = ANY($1::text[]) AND e.graph_name = ANY($2::text[]) AND e.archived_at IS NULL`),
 			[]any{byLane[lane].keys, byLane[lane].names, lane}, collect(&ins.holders)})
 	}
@@ -434,7 +434,7 @@ func (s *Store) LoadExecution(ctx context.Context, id string) (*Execution, error
 		return nil, err
 	}
 	exec := new(Execution)
-	err := s.db.NewRaw(s.q("SELECT "+s.executionRead("e")+" FROM {s}.executions e WHERE e.lane = ? AND e.id = ?"),
+	err := s.db.NewRaw(s.q("SELECT "+s.executionRead("e", s.laneOn("n", LaneOf(id)))+" FROM {s}.executions e WHERE e.lane = ? AND e.id = ?"),
 		LaneOf(id), id).Scan(ctx, exec)
 	if isNoRows(err) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
@@ -557,8 +557,8 @@ func (s *Store) valuesOf(ctx context.Context, db bun.IDB, ids []string) (map[str
 		lanes[i] = LaneOf(id)
 	}
 	var rows []*nodeRow
-	err := db.NewRaw(s.q(`SELECT `+cols("n", nodeColumns)+` FROM `+executionKeys("?", "?")+` k
-		JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id WHERE n.value_rev IS NOT NULL`),
+	err := db.NewRaw(s.q(`SELECT `+cols("n", nodeColumns)+` FROM `+executionKeys("?0", "?1")+` k
+		JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id WHERE n.value_rev IS NOT NULL`+s.pinned("n", "?0")),
 		pgdialect.Array(lanes), pgdialect.Array(ids)).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("loading values of %s: %w", strings.Join(ids, ", "), err)
@@ -613,11 +613,11 @@ func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []
 	}
 	err := withPgx(ctx, s.db, func(pg *pgx.Conn) error {
 		rows, err := pg.Query(ctx, s.q(`SELECT l.ord, e.graph_name, e.graph_version,
-				greatest(e.revision, (SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = e.lane AND m.execution_id = e.id)),
+				greatest(e.revision, (SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = e.lane AND m.execution_id = e.id`+s.pinned("m", "$1")+`)),
 				n.value, n.metadata, n.value_rev, n.set_at, n.attempt_id, n.state, n.attempt, n.max_attempts, n.error
 			FROM unnest($1::smallint[], $2::text[], $3::text[]) WITH ORDINALITY AS l(lane, id, node, ord)
-			JOIN {s}.executions e ON e.lane = l.lane AND e.id = l.id
-			LEFT JOIN {s}.nodes n ON n.lane = e.lane AND n.execution_id = e.id AND n.node = l.node`), lanes, ids, nodes)
+			JOIN {s}.executions e ON e.lane = l.lane AND e.id = l.id`+s.pinned("e", "$1")+`
+			LEFT JOIN {s}.nodes n ON n.lane = e.lane AND n.execution_id = e.id AND n.node = l.node`+s.pinned("n", "$1")), lanes, ids, nodes)
 		if err != nil {
 			return err
 		}

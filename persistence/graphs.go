@@ -154,21 +154,15 @@ func (s *Store) RecordGraphs(ctx context.Context, replicaID string, id Identity,
 			}
 			return out
 		}
-		// Whether executions of a changed version exist is a statement of its own: on Citus, the
-		// executions are distributed, and a statement cannot join them with the tables here.
+		// Whether executions of a changed version exist is a statement of its own, one a version:
+		// on Citus, the executions are distributed, and a statement cannot join them with the
+		// tables here, nor with the versions unnested. Versions change rarely.
 		used := make([]bool, len(changed))
-		if len(changed) > 0 {
-			var rows []struct {
-				Used bool `bun:"used"`
-			}
-			err := tx.NewRaw(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.graph_name = c.name AND e.graph_version = c.version) AS used
-				FROM unnest(?::text[], ?::text[]) WITH ORDINALITY AS c(name, version, i) ORDER BY c.i`),
-				pgdialect.Array(pick(names)), pgdialect.Array(pick(versions))).Scan(ctx, &rows)
+		for j, i := range changed {
+			err := tx.NewRaw(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.executions WHERE graph_name = ? AND graph_version = ?)`),
+				names[i], versions[i]).Scan(ctx, &used[j])
 			if err != nil {
-				return fmt.Errorf("looking for executions of the graph versions recorded with another definition: %w", err)
-			}
-			for i, r := range rows {
-				used[i] = r.Used
+				return fmt.Errorf("looking for executions of graph %s version %s, recorded with another definition: %w", names[i], versions[i], err)
 			}
 		}
 		args := []any{s.clock.NowOrNil(), replicaID, pgdialect.Array(pick(names)), pgdialect.Array(pick(versions)),

@@ -449,23 +449,24 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 			r, next = nextWatch(&prev[0], now)
 		}
 		// The executions created and the attempts ended since the watermark (at the first roll,
-		// every execution), and, catching up, those of transactions as new as CatchXmin.
+		// every execution), and, catching up, those of transactions as new as CatchXmin. On Citus,
+		// a row's xmin is a worker's transaction id, which no snapshot here orders: catching up
+		// marks every row stamped since CatchUp, a minute rolled again for nothing at worst.
+		xmin, newer := ", xmin", func(alias string) string { return "age(" + alias + "xmin) <= age(?::text::xid)" }
+		if s.citus {
+			xmin, newer = "", func(string) string { return "?::bigint IS NOT NULL" }
+		}
+		finished := `SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
+				FROM (SELECT lane, execution_id, finished_at` + xmin + ` FROM {s}.nodes
+						WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED')
+					UNION ALL SELECT lane, execution_id, finished_at` + xmin + ` FROM {s}.attempts) c
+				JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id`
 		if _, err := tx.NewRaw(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
 				SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions WHERE created_at >= ?
-				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
-				FROM (SELECT lane, execution_id, finished_at, xmin FROM {s}.nodes
-						WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED')
-					UNION ALL SELECT lane, execution_id, finished_at, xmin FROM {s}.attempts) c
-				JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
-				WHERE c.finished_at >= ? AND ?
+				UNION `+finished+` WHERE c.finished_at >= ? AND ?
 				UNION SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions
-				WHERE created_at >= ? AND created_at < ? AND age(xmin) <= age(?::text::xid)
-				UNION SELECT e.graph_name, e.graph_version, date_trunc('minute', e.created_at), true
-				FROM (SELECT lane, execution_id, finished_at, xmin FROM {s}.nodes
-						WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED')
-					UNION ALL SELECT lane, execution_id, finished_at, xmin FROM {s}.attempts) c
-				JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
-				WHERE c.finished_at >= ? AND c.finished_at < ? AND age(c.xmin) <= age(?::text::xid)
+				WHERE created_at >= ? AND created_at < ? AND `+newer("")+`
+				UNION `+finished+` WHERE c.finished_at >= ? AND c.finished_at < ? AND `+newer("c.")+`
 			ON CONFLICT DO NOTHING`), r.From, r.From, !r.From.IsZero(), r.CatchUp, r.From, r.CatchXmin,
 			r.CatchUp, r.From, r.CatchXmin).Exec(ctx); err != nil {
 			return fmt.Errorf("marking what changed since %v: %w", r.From, err)
@@ -546,7 +547,12 @@ func (s *Store) rollChunk(ctx context.Context, graph string, background bool, ti
 			WHERE c.graph_name = b.g AND c.minute = b.m AND c.graph_version = b.v`), b...).Exec(ctx); err != nil {
 			return err
 		}
-		if _, err := tx.NewRaw(s.q(rollSQL), b...).Exec(ctx); err != nil {
+		if s.citus {
+			err = s.rollLanes(ctx, tx, b)
+		} else {
+			_, err = tx.NewRaw(s.q(rollSQL), b...).Exec(ctx)
+		}
+		if err != nil {
 			return err
 		}
 		_, err = tx.NewRaw(s.q(`INSERT INTO {s}.insight_minutes (graph_name, graph_version, minute, rolled_at, cost_ms)
@@ -584,22 +590,26 @@ func (s *Store) rollTx(ctx context.Context, timeout time.Duration, fn func(ctx c
 // An execution that failed for good ends at the node that failed, the first whose newest attempt
 // failed or was abandoned: its measure "failed" counts it there, at the minute it failed, and its
 // last value is no measure "ended".
-var rollSQL = `WITH e AS (
+var rollSQL = strings.ReplaceAll(binnedSQL, "{pin}", "") + cellsSQL
+
+// binnedSQL is rollSQL's counts of each cell's bins, in the CTE binned, from the executions in
+// one lane ({pin} a lanePin) or in all ("").
+var binnedSQL = `WITH e AS (
 		SELECT x.lane, x.id, b.g, b.v, b.m, x.created_at, x.archived
 		FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m),
 			LATERAL (SELECT lane, id, created_at, archived_at IS NOT NULL AS archived FROM {s}.executions
-				WHERE graph_name = b.g AND graph_version = b.v AND created_at >= b.m AND created_at < b.m + interval '1 minute'
+				WHERE graph_name = b.g AND graph_version = b.v AND created_at >= b.m AND created_at < b.m + interval '1 minute'{pin}
 				OFFSET 0) x),
 	vals AS (SELECT e.id, e.g, e.v, e.m, e.created_at, e.archived, x.node, x.set_at, x.first_at
 		FROM e, LATERAL (SELECT v.node, v.set_at, least(v.set_at, (SELECT min(h.changed_at) FROM {s}.value_history h
-					WHERE h.lane = e.lane AND h.execution_id = e.id AND h.node = v.node AND h.value IS NOT NULL)) AS first_at
-			FROM {s}.nodes v WHERE v.lane = e.lane AND v.execution_id = e.id AND v.value_rev IS NOT NULL OFFSET 0) x),
+					WHERE h.lane = e.lane AND h.execution_id = e.id AND h.node = v.node AND h.value IS NOT NULL{pin})) AS first_at
+			FROM {s}.nodes v WHERE v.lane = e.lane AND v.execution_id = e.id AND v.value_rev IS NOT NULL{pin} OFFSET 0) x),
 	last AS (SELECT DISTINCT ON (id) id, g, v, m, archived, node, set_at FROM vals ORDER BY id, set_at DESC, node),
 	att AS (SELECT e.id, e.g, e.v, e.m, e.archived, c.cid, c.node, c.state, c.claimed_at, c.finished_at
 		FROM e, LATERAL (SELECT attempt_id AS cid, node, state, claimed_at, finished_at FROM {s}.attempts
-				WHERE lane = e.lane AND execution_id = e.id
+				WHERE lane = e.lane AND execution_id = e.id{pin}
 			UNION ALL SELECT attempt_id, node, state, claimed_at, finished_at FROM {s}.nodes
-				WHERE lane = e.lane AND execution_id = e.id AND attempt_id IS NOT NULL OFFSET 0) c),
+				WHERE lane = e.lane AND execution_id = e.id AND attempt_id IS NOT NULL{pin} OFFSET 0) c),
 	ran AS (SELECT id, g, v, m, archived, node, state, finished_at, finished_at - claimed_at AS run FROM att
 		WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED')),
 	newest AS (SELECT DISTINCT ON (id, node) id, g, v, m, archived, node, state, coalesce(finished_at, m) AS finished_at
@@ -618,12 +628,92 @@ var rollSQL = `WITH e AS (
 	binned AS (SELECT g, v, m, archived, measure, node, at, ` + binOf("d") + ` AS bin, count(*) AS n,
 			count(*) FILTER (WHERE state = 'SUCCESS') AS succeeded, count(*) FILTER (WHERE state = 'FAILED') AS failed,
 			count(*) FILTER (WHERE state = 'ABANDONED') AS abandoned
-		FROM facts GROUP BY 1, 2, 3, 4, 5, 6, 7, 8)
-	INSERT INTO {s}.insight_cells (graph_name, minute, graph_version, archived, measure, node, at, n, failed, abandoned, bins, counts)
+		FROM facts GROUP BY 1, 2, 3, 4, 5, 6, 7, 8) `
+
+// cellsSQL writes the cells of binned.
+const cellsSQL = `INSERT INTO {s}.insight_cells (graph_name, minute, graph_version, archived, measure, node, at, n, failed, abandoned, bins, counts)
 	SELECT g, m, v, archived, measure, node, at, CASE measure WHEN 'finished' THEN sum(succeeded) ELSE sum(n) END,
 		sum(failed), sum(abandoned), array_agg(bin ORDER BY bin) FILTER (WHERE bin IS NOT NULL),
 		array_agg(n ORDER BY bin) FILTER (WHERE bin IS NOT NULL)
 	FROM binned GROUP BY 1, 2, 3, 4, 5, 6, 7`
+
+// binnedRow is a row of binnedSQL's binned. Bin is noBin where the row's duration is NULL.
+type binnedRow struct {
+	G         string    `bun:"g"`
+	V         string    `bun:"v"`
+	M         time.Time `bun:"m"`
+	Archived  bool      `bun:"archived"`
+	Measure   string    `bun:"measure"`
+	Node      string    `bun:"node"`
+	At        time.Time `bun:"at"`
+	Bin       int16     `bun:"bin"`
+	N         int64     `bun:"n"`
+	Succeeded int64     `bun:"succeeded"`
+	Failed    int64     `bun:"failed"`
+	Abandoned int64     `bun:"abandoned"`
+}
+
+const noBin = math.MinInt16
+
+// rollLanes is rollSQL on Citus, for the minutes b (three arrays: graph, version, minute): it
+// counts the bins of each lane in a statement sent to that lane's shard alone (the lateral joins
+// that find an execution's rows cannot be planned across shards), adds the lanes' counts up, and
+// writes the cells.
+func (s *Store) rollLanes(ctx context.Context, tx bun.Tx, b []any) error {
+	lanes, err := s.lanesWith(ctx, tx, `SELECT e.lane FROM {s}.executions e
+		WHERE e.graph_name = ANY(?::text[]) AND e.graph_version = ANY(?::text[])
+			AND e.created_at >= (SELECT min(m) FROM unnest(?::timestamptz[]) m) AND e.created_at < (SELECT max(m) FROM unnest(?::timestamptz[]) m) + interval '1 minute'`,
+		b[0], b[1], b[2], b[2])
+	if err != nil {
+		return err
+	}
+	type cell struct {
+		g, v, measure, node string
+		m, at               time.Time
+		archived            bool
+		bin                 int16
+	}
+	sums := map[cell]*binnedRow{}
+	var order []*binnedRow
+	for _, lane := range lanes {
+		var rows []binnedRow
+		err := tx.NewRaw(s.q(strings.ReplaceAll(binnedSQL, "{pin}", lanePin("", lane))+`SELECT g, v, m, archived, measure, node, at,
+			coalesce(bin, ?) AS bin, n, succeeded, failed, abandoned FROM binned`), append(b, noBin)...).Scan(ctx, &rows)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("counting the insights of lane %d: %w", lane, err)
+		}
+		for _, r := range rows {
+			k := cell{r.G, r.V, r.Measure, r.Node, r.M.UTC(), r.At.UTC(), r.Archived, r.Bin}
+			if sum, ok := sums[k]; ok {
+				sum.N, sum.Succeeded, sum.Failed, sum.Abandoned = sum.N+r.N, sum.Succeeded+r.Succeeded, sum.Failed+r.Failed, sum.Abandoned+r.Abandoned
+				continue
+			}
+			sums[k], order = &r, append(order, &r)
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	var c struct {
+		g, v, measure, node []string
+		m, at               []time.Time
+		archived            []bool
+		bin                 []int16
+		n, ok, failed, ab   []int64
+	}
+	for _, r := range order {
+		c.g, c.v, c.measure, c.node = append(c.g, r.G), append(c.v, r.V), append(c.measure, r.Measure), append(c.node, r.Node)
+		c.m, c.at, c.archived, c.bin = append(c.m, r.M), append(c.at, r.At), append(c.archived, r.Archived), append(c.bin, r.Bin)
+		c.n, c.ok, c.failed, c.ab = append(c.n, r.N), append(c.ok, r.Succeeded), append(c.failed, r.Failed), append(c.ab, r.Abandoned)
+	}
+	_, err = tx.NewRaw(s.q(`WITH binned AS (SELECT g, v, m, archived, measure, node, at, nullif(bin, ?) AS bin, n, succeeded, failed, abandoned
+			FROM unnest(?::text[], ?::text[], ?::timestamptz[], ?::bool[], ?::text[], ?::text[], ?::timestamptz[], ?::smallint[],
+				?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[]) AS b(g, v, m, archived, measure, node, at, bin, n, succeeded, failed, abandoned)) `+cellsSQL),
+		noBin, pgdialect.Array(c.g), pgdialect.Array(c.v), pgdialect.Array(c.m), pgdialect.Array(c.archived),
+		pgdialect.Array(c.measure), pgdialect.Array(c.node), pgdialect.Array(c.at), pgdialect.Array(c.bin),
+		pgdialect.Array(c.n), pgdialect.Array(c.ok), pgdialect.Array(c.failed), pgdialect.Array(c.ab)).Exec(ctx)
+	return err
+}
 
 // kindOf returns the kind whose name is name, as graph.Kind.String gives it, or 0.
 func kindOf(name string) graph.Kind {

@@ -160,12 +160,14 @@ func TestInsightsCountEveryCommittedWriteOnce(t *testing.T) {
 	// The writes take their times from the database, as they do in production.
 	s, err := New(Config{DB: b.db, Schema: b.schema, Graphs: []*graph.Graph{v1, v2}, Logger: testLogger()})
 	require.NoError(t, err)
+	require.NoError(t, s.ReadLayout(ctx))
 	b.store = s
 	recordGraphs(t, s)
 	// The workers' replica is live and serves v2 alone, so that v1 can move; "ghost" has no
 	// heartbeat, and a sweep abandons what it claims.
 	worker, err := New(Config{DB: b.db, Schema: b.schema, Graphs: []*graph.Graph{v2}, Logger: testLogger()})
 	require.NoError(t, err)
+	require.NoError(t, worker.ReadLayout(ctx))
 	beat(t, worker, "worker", time.Hour, true)
 
 	const writers, perWriter = 3, 30

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
 // The states of an execution, as operators see them. An execution is in the first that applies.
@@ -263,14 +265,19 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 	if err != nil {
 		return nil, err
 	}
-	switch f.State {
-	case "":
-	case ExecArchived:
+	switch {
+	case f.State == "":
+	case f.State == ExecArchived:
 		from += " AND e.archived_at IS NOT NULL"
-	case ExecIdle:
+	case f.State == ExecIdle:
 		from += " AND (" + stateExpr + ") = 'idle'"
+	case s.citus: // a join on the distribution column, which Citus sends to each shard
+		from += " AND (e.lane, e.id) IN (" + strings.Replace(candidates[f.State], "execution_id", "lane, execution_id", 1) + ")"
 	default:
-		from += " AND e.id IN (" + candidates[f.State] + ") AND (" + stateExpr + ") = ?"
+		from += " AND e.id IN (" + candidates[f.State] + ")"
+	}
+	if _, ok := candidates[f.State]; ok {
+		from += " AND (" + stateExpr + ") = ?"
 		args = append(args, f.State)
 	}
 	if f.After != nil {
@@ -279,9 +286,15 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 	}
 	// The state of each row is computed on the page alone, outside the LIMIT, so that the
 	// planner looks each one up by the execution's id.
+	// Citus cannot join a page, which it gathers on the coordinator, with the tables: there, the
+	// state of each row is computed on its shard, and the shards' pages are merged.
 	query := "SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at, " +
-		stateExpr + " AS state FROM (SELECT " + s.executionRead("e") + " FROM (SELECT " + cols("e", executionColumns) + from +
+		stateExpr + " AS state FROM (SELECT " + s.executionRead("e", "") + " FROM (SELECT " + cols("e", executionColumns) + from +
 		" ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e) e ORDER BY e.created_at DESC, e.id DESC"
+	if s.citus {
+		query = "SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at, e.state FROM (SELECT " +
+			s.executionRead("e", "") + ", " + stateExpr + " AS state" + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e ORDER BY e.created_at DESC, e.id DESC"
+	}
 	args = append(args, limit+1)
 	var rows []ExecutionRow
 	if err := s.db.NewRaw(s.q(query), args...).Scan(ctx, &rows); err != nil && !isNoRows(err) {
@@ -399,7 +412,7 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 	var rows []ExecutionRow
 	lane := LaneOf(id)
 	err := s.db.NewRaw(s.q(`SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at,
-		e.archived_at, `+stateExpr+` AS state FROM (SELECT `+s.executionRead("e")+` FROM {s}.executions e
+		e.archived_at, `+stateExpr+` AS state FROM (SELECT `+s.executionRead("e", "")+` FROM {s}.executions e
 		WHERE e.lane = ? AND e.id = ?) e`), lane, id).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("loading execution %s: %w", id, err)
@@ -420,19 +433,15 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 			WHERE lane = ? AND execution_id = ? AND value_rev IS NOT NULL ORDER BY node`, &d.Values},
 		{"attempts", `SELECT id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error, created_at
 			FROM (SELECT attempt_id AS id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error,
-					created_at FROM {s}.attempts WHERE lane = ? AND execution_id = ?
+					created_at FROM {s}.attempts WHERE lane = ?0 AND execution_id = ?1
 				UNION ALL SELECT attempt_id, node, state, attempt, max_attempts, replica_id, run_at, claimed_at, finished_at, error,
-					created_at FROM {s}.nodes WHERE lane = ? AND execution_id = ? AND attempt_id IS NOT NULL) a
+					created_at FROM {s}.nodes WHERE lane = ?0 AND execution_id = ?1 AND attempt_id IS NOT NULL) a
 			ORDER BY id`, &d.Attempts},
 		{"history", historyQuery, &d.History},
 		{"requests", `SELECT ` + cols("", requestColumns) + ` FROM {s}.requests WHERE lane = ? AND execution_id = ? ORDER BY id`, &d.Requests},
 	}
 	for _, r := range reads {
-		args := []any{lane, id}
-		if r.what == "attempts" {
-			args = append(args, lane, id)
-		}
-		if err := s.db.NewRaw(s.q(r.query), args...).Scan(ctx, r.dst); err != nil && !isNoRows(err) {
+		if err := s.db.NewRaw(s.q(r.query), lane, id).Scan(ctx, r.dst); err != nil && !isNoRows(err) {
 			return nil, fmt.Errorf("reading the %s of %s: %w", r.what, id, err)
 		}
 	}
@@ -510,20 +519,40 @@ type ReplicaStatus struct {
 }
 
 // ReplicaStatuses lists the replicas, newest heartbeat first, with what each runs (an index
-// lookup on computations_running_replica_idx per replica).
+// lookup on computations_running_replica_idx per replica). The counts are a statement of their
+// own: on Citus, the node rows are distributed, and a statement cannot join them with the
+// replicas' table, which is the coordinator's.
 func (s *Store) ReplicaStatuses(ctx context.Context) ([]ReplicaStatus, error) {
 	var out []ReplicaStatus
 	err := s.db.NewRaw(s.q(`SELECT `+cols("r", replicaColumns)+`,
 			r.last_heartbeat < coalesce(?::timestamptz, now()) - r.stale_after_ms * interval '1 millisecond' AS stale,
 			(extract(epoch FROM coalesce(?::timestamptz, now()) - r.last_heartbeat) * 1000)::bigint AS heartbeat_age_ms,
-			(SELECT count(*) FROM {s}.nodes c WHERE c.state = 'RUNNING' AND c.replica_id = r.replica_id) AS running,
 			(SELECT h.holder FROM {s}.replica_holders h WHERE h.replica_id = r.replica_id) AS holder
 		FROM {s}.replica_heartbeats r ORDER BY r.last_heartbeat DESC, r.replica_id`),
 		s.clock.NowOrNil(), s.clock.NowOrNil()).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing replicas: %w", err)
 	}
-	return orEmpty(out), nil
+	if len(out) == 0 {
+		return orEmpty(out), nil
+	}
+	ids := make([]string, len(out))
+	for i, r := range out {
+		ids[i] = r.ID
+	}
+	var running []struct {
+		ID string `bun:"replica_id"`
+		N  int64  `bun:"n"`
+	}
+	err = s.db.NewRaw(s.q(`SELECT c.replica_id, count(*) AS n FROM {s}.nodes c
+		WHERE c.state = 'RUNNING' AND c.replica_id = ANY(?::text[]) GROUP BY c.replica_id`), pgdialect.Array(ids)).Scan(ctx, &running)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("counting what the replicas run: %w", err)
+	}
+	for _, r := range running {
+		out[slices.Index(ids, r.ID)].Running = r.N
+	}
+	return out, nil
 }
 
 // ServedBy lists the live replicas that serve graph key (name@version).

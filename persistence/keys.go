@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -36,11 +37,23 @@ func (s *Store) FindByKey(ctx context.Context, name, key string) (*Execution, er
 	return execs[0], nil
 }
 
+// isIndex reports whether pg is a violation of the unique index index. On Citus, the error comes
+// from a worker, without the name of the constraint, and names the index of one of its shards in
+// its message, the index's name followed by _ and the shard's id.
+func isIndex(pg *pgconn.PgError, index string) bool {
+	if pg.ConstraintName != "" {
+		return pg.ConstraintName == index
+	}
+	_, name, ok := strings.Cut(pg.Message, `unique constraint "`+index+"_")
+	shard, _, closed := strings.Cut(name, `"`)
+	return ok && closed && shard != "" && strings.Trim(shard, "0123456789") == ""
+}
+
 // keyHeld returns ErrKeyHeld, with what to do, if err is the unique violation of the key that
 // unarchiving execution e would hold again; else nil.
 func keyHeld(err error, e *Execution) error {
 	var pg *pgconn.PgError
-	if !errors.As(err, &pg) || pg.Code != "23505" || pg.ConstraintName != keyIndex {
+	if !errors.As(err, &pg) || pg.Code != "23505" || !isIndex(pg, keyIndex) {
 		return nil
 	}
 	return fmt.Errorf("%w: unarchiving %s: another unarchived execution of graph %q holds its key %q; archive that one "+

@@ -88,6 +88,25 @@ func (s *Store) pinned(alias, param string) string {
 	return " AND " + alias + ".lane = ANY(" + param + "::smallint[])"
 }
 
+// onLanes is a statement whose rows of one alias are found by the lanes of its array $1: [0] as
+// written, for one PostgreSQL, and [1] with those rows pinned to the lanes (see pinned), which on
+// Citus sends it to their shards alone, rather than to every shard with a lock on each. A join
+// on the lanes of unnest($1) does not tell Citus which shards the statement touches.
+type onLanes [2]string
+
+// pinLanes returns the two forms of query, whose {pin} is where alias's rows are pinned.
+func pinLanes(query, alias string) onLanes {
+	return onLanes{strings.Replace(query, "{pin}", "", 1), strings.Replace(query, "{pin}", " AND "+alias+".lane = ANY($1::smallint[])", 1)}
+}
+
+// form is the form of q for the store's layout, with its schema (see q).
+func (s *Store) form(q onLanes) string {
+	if s.citus {
+		return s.q(q[1])
+	}
+	return s.q(q[0])
+}
+
 // runEnd is the end of the run of lanes that begins at i, for the statements sent once a lane
 // (see pinned): on Citus, the first index after i of another lane; on one PostgreSQL, the end of
 // lanes, which are then one run. lanes are sorted.
@@ -135,6 +154,14 @@ func lanePin(alias string, lane int16) string {
 		alias += "."
 	}
 	return " AND " + alias + "lane = " + strconv.Itoa(int(lane))
+}
+
+// laneOn is lanePin on Citus, and nothing on one PostgreSQL.
+func (s *Store) laneOn(alias string, lane int16) string {
+	if !s.citus {
+		return ""
+	}
+	return lanePin(alias, lane)
 }
 
 // pinnedArgs are the arguments of pinned with the placeholder "?", lanes as an array, on Citus;

@@ -60,7 +60,9 @@ func (s *Store) Overview(ctx context.Context) (*Overview, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Overview{Estimated: size >= exactBelow}
+	// On Citus, the coordinator's planner does not know the shards' sizes (it guesses 100,000
+	// rows for any distributed scan): the workers count, each its shards, in parallel.
+	o := &Overview{Estimated: size >= exactBelow && !s.citus}
 	totals := s.countTotals
 	if o.Estimated {
 		totals = s.estimateTotals

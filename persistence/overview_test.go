@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,6 +53,9 @@ func TestOverviewCountsOnIndexesAndEstimatesLargeTotals(t *testing.T) {
 	require.Equal(t, "replica-a stopped heartbeating", *reclaims[0].Reason)
 	require.True(t, reclaims[0].Retried)
 
+	if pgtest.Citus(t) {
+		return // the workers count exactly there, whatever the size (see Overview)
+	}
 	// Past exactBelow rows, the totals are the planner's estimates; the small states stay exact.
 	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version, archived_at)
 		SELECT 0, 'BULK' || i, ?, 'v1', CASE WHEN i % 10 = 0 THEN now() END FROM generate_series(1, ?) i`,

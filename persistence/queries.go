@@ -110,16 +110,16 @@ type Change struct {
 	At       time.Time       `bun:"changed_at" json:"at"`
 }
 
-// historyQuery lists the changes of the values of an execution (lane ?, id ?), oldest first: the
-// values replaced or cleared, and the clearings, in value_history, and the current values in
-// their node rows, each at its place in the history (hseq).
-const historyQuery = `WITH x AS (SELECT ?::smallint AS lane, ?::text AS id)
-	SELECT node, value, metadata, revision, changed_at FROM (
-		SELECT h.hseq, h.node, h.value, h.metadata, h.revision, h.changed_at FROM {s}.value_history h, x
-		WHERE h.lane = x.lane AND h.execution_id = x.id
+// historyQuery lists the changes of the values of an execution (lane ?0, id ?1), oldest first:
+// the values replaced or cleared, and the clearings, in value_history, and the current values in
+// their node rows, each at its place in the history (hseq). Each table is pinned to the lane, as
+// Citus reads one shard alone only then.
+const historyQuery = `SELECT node, value, metadata, revision, changed_at FROM (
+		SELECT h.hseq, h.node, h.value, h.metadata, h.revision, h.changed_at FROM {s}.value_history h
+		WHERE h.lane = ?0::smallint AND h.execution_id = ?1::text
 		UNION ALL
-		SELECT n.hseq, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM {s}.nodes n, x
-		WHERE n.lane = x.lane AND n.execution_id = x.id AND n.value_rev IS NOT NULL
+		SELECT n.hseq, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM {s}.nodes n
+		WHERE n.lane = ?0::smallint AND n.execution_id = ?1::text AND n.value_rev IS NOT NULL
 	) changes ORDER BY hseq`
 
 // History lists every change of every value of an execution, oldest first.
@@ -278,18 +278,23 @@ func (s *Store) ListExecutions(ctx context.Context, q ListQuery) ([]Execution, e
 	case q.OrderBy != "":
 		order = "sv.value " + dir + " NULLS LAST"
 	}
-	// The page is chosen first, and each of its executions' revision is then derived once.
-	page := "SELECT " + cols("e", executionColumns) + ", row_number() OVER (ORDER BY " + order + ", e.id " + dir + ") AS rn" + from +
-		" ORDER BY " + order + ", e.id " + dir
+	orderBy, limits := "ORDER BY "+order+", e.id "+dir, ""
 	if q.Limit > 0 {
-		page += " LIMIT ?"
+		limits += " LIMIT ?"
 		args = append(args, q.Limit)
 	}
 	if q.Offset > 0 {
-		page += " OFFSET ?"
+		limits += " OFFSET ?"
 		args = append(args, q.Offset)
 	}
-	query := "SELECT " + s.executionRead("e") + " FROM (" + page + ") e ORDER BY e.rn"
+	// The page is chosen first, and each of its executions' revision is then derived once. Citus
+	// cannot join a page, which it gathers on the coordinator, with the node rows: there, each
+	// execution's revision is derived on its shard, as the rows are read.
+	query := "SELECT " + s.executionRead("e", "") + " FROM (SELECT " + cols("e", executionColumns) +
+		", row_number() OVER (" + orderBy + ") AS rn" + from + " " + orderBy + limits + ") e ORDER BY e.rn"
+	if s.citus {
+		query = "SELECT " + s.executionRead("e", "") + from + " " + orderBy + limits
+	}
 
 	var out []Execution
 	if err := s.db.NewRaw(query, args...).Scan(ctx, &out); err != nil && !isNoRows(err) {

@@ -48,7 +48,7 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 		for i, o := range outs {
 			ids[i] = o.C.ExecutionID
 		}
-		loaded, err := s.load(ctx, t, ids, []step{{`SELECT set_config('lock_timeout', $1, true)`, []any{s.lockTimeoutSetting()}, nil}}, nil)
+		loaded, err := s.load(ctx, t, ids, []step{{s.lockTimeoutSQL(), nil, nil}}, nil)
 		if err != nil {
 			return err
 		}

@@ -65,7 +65,7 @@ func (s *Store) Ask(ctx context.Context, id, action, node string) (*Request, err
 	req := new(Request)
 	err = s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		err := tx.NewRaw(s.q(`INSERT INTO {s}.requests (lane, execution_id, graph_key, action, node, requested_at)
-			VALUES (?, ?, ?, ?, ?, coalesce(?::timestamptz, now())) RETURNING `+cols("", requestColumns)),
+			SELECT ?, ?, ?, ?, ?, coalesce(?::timestamptz, now()) RETURNING `+cols("", requestColumns)),
 			exec.Lane, id, GraphKey(exec.GraphName, exec.GraphVersion), action, nodeArg, s.clock.NowOrNil()).Scan(ctx, req)
 		if err != nil {
 			return fmt.Errorf("recording the request: %w", err)

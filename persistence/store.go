@@ -316,7 +316,7 @@ func (s *Store) notify(ctx context.Context, tx bun.IDB, payload string) error {
 // than the store's lock timeout: a sweep, a wake-up or a promotion must not stall behind a frozen
 // replica; it tries again at its next pass.
 func (s *Store) boundLocks(ctx context.Context, tx bun.IDB) error {
-	_, err := tx.NewRaw(fmt.Sprintf("SET LOCAL lock_timeout = %d", s.lockTimeout.Milliseconds())).Exec(ctx)
+	_, err := tx.NewRaw(s.lockTimeoutSQL()).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("setting the lock timeout: %w", err)
 	}

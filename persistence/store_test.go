@@ -58,6 +58,7 @@ func (b *bundle) newStore(t *testing.T, cfg Config) *Store {
 	cfg.DB, cfg.Schema, cfg.Clock, cfg.Logger = b.db, b.schema, b.clock, testLogger()
 	s, err := New(cfg)
 	require.NoError(t, err)
+	require.NoError(t, s.ReadLayout(t.Context()), "on Citus, the store pins its statements to lanes")
 	return s
 }
 

@@ -41,17 +41,24 @@ echo "== the onboarding example on Citus"
 DATABASE_URL=$url $GO run ./examples/onboarding
 
 # The runtime's core: Start, Set, Get with wait, retries, heartbeats and abandonment, gating,
-# keyed starts under concurrency, notifications once across replicas; then the SIGKILL of a
-# replica process, with its audit (nothing lost, nothing run twice at once).
+# keyed starts under concurrency, notifications once across replicas; the lock timeout, and a
+# local claim that waited for a lock; what reads across lanes (List, History, the insights, a
+# graph changed under its version), and archiving; then the SIGKILL of a replica process, with its
+# audit (nothing lost, nothing run twice at once). The whole root package passes on Citus too, but
+# for the tests that skip there, in about 3 minutes more.
 core='^(TestRetries|TestRetryGivesAFreshBudget|TestWaitingGetReturnsWhatAReadReturns|TestSetIsIdempotent'
 core+='|TestStartMany|TestStartWithValuesIsStartThenSetMany|TestHeartbeatKeepsLongWorkAlive'
 core+='|TestHardDeadlineAbandonsAndFences|TestHeartbeatDeadlineCatchesAFrozenWorker|TestConcurrencyKeyAcrossReplicas'
 core+='|TestMaxParallelAcrossReplicas|TestStartManyRespectsGating|TestStartWithAKeyHeldReturnsItsExecution'
 core+='|TestConcurrentKeyedStartsMakeOneExecution|TestStartManyWithKeys|TestFailedEventIsClaimedOnceAcrossReplicas'
-core+='|TestCompletedEventFiresOnce)$'
+core+='|TestCompletedEventFiresOnce|TestCompleterGivesUpOnAHeldExecutionAndRecordsOnceItIsFree'
+core+='|TestLocalClaimStartsItsDeadlinesAfterTheLockWait|TestListFiltersAndSorts|TestHistoryListsEveryChange'
+core+='|TestInsightsFunnel|TestNewRefusesAGraphChangedUnderItsVersion|TestArchive|TestArchiveFreesTheKey)$'
 echo "== the migrations distribute the tables by lane"
 TEST_DATABASE_URL=$url $GO test -race -count=1 -run '^TestMigrateDistributesOnCitus$' ./migrations
 echo "== the core runtime tests on Citus"
 TEST_DATABASE_URL=$url JOURNEY_SKIP_POOLER=1 $GO test -race -count=1 -timeout 15m -run "$core" .
+echo "== the insights count every committed write once on Citus"
+TEST_DATABASE_URL=$url $GO test -race -count=1 -timeout 15m -run '^TestInsightsCountEveryCommittedWriteOnce$' ./persistence
 echo "== a replica process SIGKILLed on Citus"
 TEST_DATABASE_URL=$url $GO test -race -count=1 -timeout 15m -run '^TestSIGKILLedReplicaLosesNothing$' ./internal/chaos

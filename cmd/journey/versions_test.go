@@ -46,6 +46,7 @@ func TestStrandedVersionMovesToACompatibleOne(t *testing.T) {
 	// Its input is set afterwards, by a write that no replica serving v1 takes up.
 	store, err := persistence.New(persistence.Config{DB: pgtest.BunDB(t, url), Schema: schema, Graphs: []*graph.Graph{v1}})
 	require.NoError(t, err)
+	require.NoError(t, store.ReadLayout(ctx))
 	_, err = store.SetValues(ctx, left.ID, map[string]json.RawMessage{"order": json.RawMessage(`"later"`)}, nil, nil)
 	require.NoError(t, err)
 

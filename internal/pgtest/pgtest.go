@@ -178,6 +178,35 @@ func Schema(tb TB) string {
 	return schema
 }
 
+// SkipOnCitus skips a test whose subject is one PostgreSQL's, when the test database loads Citus
+// (make test-citus): why says what differs there.
+func SkipOnCitus(tb testing.TB, why string) {
+	tb.Helper()
+	if Citus(tb) {
+		tb.Skip("on Citus, " + why)
+	}
+}
+
+// Citus reports whether the test database loads Citus.
+func Citus(tb testing.TB) bool {
+	tb.Helper()
+	citus.once.Do(func() {
+		db := openDB(tb, URL(tb))
+		citus.err = db.QueryRowContext(context.Background(), `SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')`).Scan(&citus.loaded)
+	})
+	if citus.err != nil {
+		tb.Fatalf("pgtest: looking for Citus: %v", citus.err)
+	}
+	return citus.loaded
+}
+
+// citus is whether the test database loads Citus, as SkipOnCitus found once.
+var citus struct {
+	once   sync.Once
+	loaded bool
+	err    error
+}
+
 // DB returns a *sql.DB on the test database through pgx's database/sql driver, in the simple
 // query protocol. It is closed when the test ends.
 func DB(tb testing.TB) *sql.DB {
