@@ -272,12 +272,17 @@ func sessionSettings(params map[string]string, idleInTx time.Duration) func(cont
 		var pid int64
 		// On a server that loads Citus, plans stay PostgreSQL's choice: Citus plans a generic plan
 		// of a statement that passes a parameter to a function (unnest($1)) with no distributed
-		// plan, and fails it. And a transaction's SET LOCAL (its lock timeout) goes to the workers
-		// it opens, where its rows are locked.
+		// plan, and fails it. A transaction's SET LOCAL (its lock timeout) goes to the workers it
+		// opens, where its rows are locked. And a statement across shards takes one connection a
+		// worker: the runtime's sessions are many, and each connection that a statement opened
+		// beyond the one a worker that Citus keeps was closed at its end, to be opened again (with
+		// TLS) by the next, which took more of a busy coordinator than the statements did (journey
+		// bench -rate 100: p50 0.6–0.8 s, and 0.2 s with one).
 		err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), (SELECT count(set_config(n, CASE WHEN n = 'plan_cache_mode'
 				AND current_setting('citus.shard_count', true) IS NOT NULL THEN 'auto' ELSE v END, false))
 			FROM unnest($1::text[], $2::text[]) AS s(n, v) WHERE pg_backend_pid() = $3::bigint),
-			(SELECT set_config('citus.propagate_set_commands', 'local', false) WHERE current_setting('citus.shard_count', true) IS NOT NULL)`,
+			(SELECT count(set_config(n, v, false)) FROM (VALUES ('citus.propagate_set_commands', 'local'),
+				('citus.max_adaptive_executor_pool_size', '1')) AS c(n, v) WHERE current_setting('citus.shard_count', true) IS NOT NULL)`,
 			pgx.QueryExecModeSimpleProtocol, names, values, announced).Scan(&pid, nil, nil)
 		switch {
 		case err != nil:
