@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/persistence"
@@ -172,38 +173,76 @@ func (r *Runtime) Start(ctx context.Context, g *graph.Graph, opts ...StartOption
 	})
 }
 
-// startOne is Start, in its span.
-func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOption) (*Execution, error) {
+// StartTx is Start in tx, a transaction of the application's, so that the application's rows
+// and the execution commit together, or not at all: nothing of the execution is visible, and
+// none of its work runs, before tx commits; after a rollback nothing of it is left. Its first
+// work is announced by a NOTIFY that tx's COMMIT sends: a replica, this one or another, claims it
+// then, with no poll. Until tx ends, an execution started with a key holds it: a Start with the
+// same key waits for tx. An error leaves tx to the application, to roll back.
+//
+// tx is a pgx.Tx of a connection to the runtime's database (a pgxpool.Pool's Begin, say). The
+// execution's Existing says, for a key, whether tx found it already there.
+func (r *Runtime) StartTx(ctx context.Context, tx pgx.Tx, g *graph.Graph, opts ...StartOption) (*Execution, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return nil, fmt.Errorf("%w: StartTx was given a nil graph", ErrUnknownGraph)
+	}
+	if tx == nil {
+		return nil, errors.New("journey: StartTx was given a nil transaction: pass the pgx.Tx of the application's transaction")
+	}
+	return traced(ctx, r, "journey.StartTx", graphAttrs(g), func(ctx context.Context) (*Execution, error) {
+		set, key, err := r.startArgs(g, opts)
+		if err != nil {
+			return nil, err
+		}
+		execs, err := r.store.CreateExecutionsIn(ctx, tx, g, []map[string]json.RawMessage{set}, []string{key}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return toExecution(execs[0]), nil
+	})
+}
+
+// startArgs are the values and the key of a Start of g with opts, checked.
+func (r *Runtime) startArgs(g *graph.Graph, opts []StartOption) (map[string]json.RawMessage, string, error) {
 	var o startOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if err := checkKey(g, o.key); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	set, err := r.inputs(g, o.values)
+	return set, o.key, err
+}
+
+// startOne is Start, in its span.
+func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOption) (*Execution, error) {
+	set, key, err := r.startArgs(g, opts)
 	if err != nil {
 		return nil, err
 	}
 	// The id is chosen before the first try: a try made again, when the COMMIT of the one before
 	// got no answer, gets the execution that one made, if it did, instead of a second.
-	id := r.store.NewID(g, o.key)
+	id := r.store.NewID(g, key)
 	// A traced Start goes alone: the attempts it creates link to its own span.
 	if trace.SpanContextFromContext(ctx).IsValid() {
-		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set}, []string{o.key}, []string{id})
+		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set}, []string{key}, []string{id})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(execs[0]), nil
 	}
 	if len(set) == 0 && r.store.StartsIdle(g) {
-		w, err := r.writesOf(id).do(ctx, write{start: g, key: o.key, id: id})
+		w, err := r.writesOf(id).do(ctx, write{start: g, key: key, id: id})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(w.exec), nil
 	}
-	e, err := r.startsOf(g, id).do(ctx, start{set, o.key, id})
+	e, err := r.startsOf(g, id).do(ctx, start{set, key, id})
 	if err != nil {
 		return nil, err
 	}
@@ -436,11 +475,55 @@ func (r *Runtime) SetMany(ctx context.Context, id string, values map[string]any,
 	})
 }
 
+// SetTx is Set in tx, a transaction of the application's (see StartTx): the value is set, and
+// the work it makes runs, once tx commits; after a rollback it is as if it had not been set. The
+// execution stays locked until tx ends: its other writes wait for tx. An error leaves tx to the
+// application, to roll back.
+func (r *Runtime) SetTx(ctx context.Context, tx pgx.Tx, id, node string, value any, opts ...SetOption) (int64, error) {
+	return r.SetManyTx(ctx, tx, id, map[string]any{node: value}, opts...)
+}
+
+// SetManyTx is SetMany in tx, a transaction of the application's (see SetTx).
+func (r *Runtime) SetManyTx(ctx context.Context, tx pgx.Tx, id string, values map[string]any, opts ...SetOption) (int64, error) {
+	if err := r.check(); err != nil {
+		return 0, err
+	}
+	if tx == nil {
+		return 0, errors.New("journey: SetTx was given a nil transaction: pass the pgx.Tx of the application's transaction")
+	}
+	attrs := []attribute.KeyValue{telemetry.KeyExecution.String(id)}
+	return traced(ctx, r, "journey.SetTx", attrs, func(ctx context.Context) (int64, error) {
+		setting, err := r.setting(id, values, opts)
+		if err != nil {
+			return 0, err
+		}
+		revs, err := r.store.SetValuesIn(ctx, tx, []persistence.Setting{setting})
+		if err != nil {
+			return 0, err
+		}
+		return revs[0], nil
+	})
+}
+
 // setMany is Set and SetMany, in their span.
 func (r *Runtime) setMany(ctx context.Context, id string, values map[string]any, opts []SetOption) (int64, error) {
 	if err := r.check(); err != nil {
 		return 0, err
 	}
+	setting, err := r.setting(id, values, opts)
+	if err != nil {
+		return 0, err // alone, before the group: it would fail the others' writes too
+	}
+	// A traced Set goes alone: the attempts it creates link to its own span.
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		return r.store.SetValues(ctx, id, setting.Set, setting.Meta, nil)
+	}
+	w, err := r.writesOf(id).do(ctx, write{set: setting})
+	return w.rev, err
+}
+
+// setting is the Setting of values with opts in execution id, encoded and checked.
+func (r *Runtime) setting(id string, values map[string]any, opts []SetOption) (persistence.Setting, error) {
 	var o setOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -449,7 +532,7 @@ func (r *Runtime) setMany(ctx context.Context, id string, values map[string]any,
 	for node, v := range values {
 		raw, err := r.encode(fmt.Sprintf("node %q", node), v)
 		if err != nil {
-			return 0, err
+			return persistence.Setting{}, err
 		}
 		set[node] = raw
 	}
@@ -457,20 +540,12 @@ func (r *Runtime) setMany(ctx context.Context, id string, values map[string]any,
 	if o.metadata != nil {
 		raw, err := r.encode("metadata", o.metadata)
 		if err != nil {
-			return 0, err
+			return persistence.Setting{}, err
 		}
 		meta = raw
 	}
 	setting := persistence.Setting{ID: id, Set: set, Meta: meta}
-	if err := setting.Check(); err != nil {
-		return 0, err // alone, before the group: it would fail the others' writes too
-	}
-	// A traced Set goes alone: the attempts it creates link to its own span.
-	if trace.SpanContextFromContext(ctx).IsValid() {
-		return r.store.SetValues(ctx, id, set, meta, nil)
-	}
-	w, err := r.writesOf(id).do(ctx, write{set: setting})
-	return w.rev, err
+	return setting, setting.Check()
 }
 
 // encode encodes a value or metadata given by the user, and checks that it can be stored. what

@@ -346,6 +346,7 @@ func (r *Runtime) start(listen *pgx.Conn) {
 		},
 		Channel:     r.store.Channel(),
 		OnWork:      wake,
+		OnPromote:   func() { root.Send(r.dispatcher, actors.Promote{}) },
 		OnExecution: r.waiters.wake,
 		OnNotice:    func() { root.Send(r.delivery, actors.Wake{}) },
 		OnRequest:   func() { root.Send(r.sweeper, sweeper.Requests{}) },

@@ -257,7 +257,7 @@ func (a *computation) attempt(ctx context.Context) *pendingOutcome {
 	}
 	vals := a.c.ClaimedValues()
 	used := persistence.Signature(a.node, vals)
-	result, err := a.invoke(ctx, vals)
+	result, err := a.invoke(persistence.WithAttempt(ctx, a.c), vals)
 	if err != nil {
 		if a.env.base.Err() != nil && !a.lost.Load() {
 			// The replica stops: the function was interrupted, not failed. A result that it

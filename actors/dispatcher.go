@@ -57,6 +57,10 @@ type DispatcherConfig struct {
 // Wake asks the dispatcher to claim now: new work may be available.
 type Wake struct{}
 
+// Promote tells the dispatcher that work may be due behind a concurrency key or a limit, which
+// it promotes before it claims (persistence.PayloadPromote).
+type Promote struct{}
+
 // StopClaiming makes the dispatcher stop claiming. It closes Drained once no computation runs on
 // this replica.
 type StopClaiming struct{ Drained chan<- struct{} }
@@ -157,6 +161,19 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	}, actor.WithSupervisor(stopStrategy))
 }
 
+// promoteDue makes due work AVAILABLE (Store.PromoteDue), unless the dispatcher drains.
+func (d *dispatcher) promoteDue() {
+	if d.draining {
+		return
+	}
+	// Under the gate's context too, so that closing the gate ends a slow promotion.
+	pctx, cancel := context.WithTimeout(d.cfg.Gate.ctx, claimTimeout)
+	defer cancel()
+	if _, err := d.cfg.Store.PromoteDue(pctx); err != nil && d.cfg.Gate.ctx.Err() == nil {
+		d.logger.Warn("promoting due computations failed", "error", err)
+	}
+}
+
 // Receive implements actor.Actor.
 func (d *dispatcher) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
@@ -175,15 +192,11 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 	case claimNow:
 		d.claimQueued = false
 		d.runOnce(ctx)
+	case Promote:
+		d.promoteDue()
+		d.runOnce(ctx)
 	case pollTick:
-		if !d.draining {
-			// Under the gate's context too, so that closing the gate ends a slow promotion.
-			pctx, cancel := context.WithTimeout(d.cfg.Gate.ctx, claimTimeout)
-			if _, err := d.cfg.Store.PromoteDue(pctx); err != nil && d.cfg.Gate.ctx.Err() == nil {
-				d.logger.Warn("promoting due computations failed", "error", err)
-			}
-			cancel()
-		}
+		d.promoteDue()
 		d.runOnce(ctx)
 		// The next poll is timed from the end of this one: a slow round never stacks up polls.
 		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})

@@ -22,6 +22,9 @@ type ListenerConfig struct {
 	Channel string
 	// OnWork is called when work may be available.
 	OnWork func()
+	// OnPromote is called when work may be due behind a concurrency key or a limit; nil calls
+	// OnWork.
+	OnPromote func()
 	// OnExecution is called when a value or a node's outcome changed in an execution, with the
 	// execution's revision after the change, or -1 if the notification did not say.
 	OnExecution func(id string, revision int64)
@@ -116,6 +119,10 @@ func (l *listener) listen(ctx context.Context) error {
 		}
 		switch {
 		case n.Payload == persistence.PayloadWork:
+			l.cfg.OnWork()
+		case n.Payload == persistence.PayloadPromote && l.cfg.OnPromote != nil:
+			l.cfg.OnPromote()
+		case n.Payload == persistence.PayloadPromote:
 			l.cfg.OnWork()
 		case n.Payload == persistence.PayloadNotice:
 			l.cfg.OnNotice()

@@ -89,6 +89,10 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	}
 	steps := s.applySteps(t, sts)
 	work := false
+	if promote && t.caller {
+		t.notes = append(t.notes, PayloadPromote) // see inCaller
+		promote = false
+	}
 	if promote {
 		if err := t.send(ctx, steps...); err != nil {
 			return err
@@ -109,7 +113,7 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 		switch {
 		case st.changed && st.revision != st.exec.Revision:
 			changed = append(changed, st.exec.ID+"@"+strconv.FormatInt(st.revision, 10))
-			if s.handoff != nil {
+			if s.handoff != nil && !t.caller {
 				t.handing = append(t.handing, st)
 			}
 		case st.changed:

@@ -66,6 +66,17 @@ func (s *Store) NewID(g *graph.Graph, key string) string {
 // executions, and none for the executions' values: no one can be waiting on an execution before
 // it exists.
 func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
+	return s.createExecutions(ctx, s.own, g, items, keys, ids)
+}
+
+// CreateExecutionsIn is CreateExecutions in tx, a transaction of the application's (see
+// inCaller): the executions exist, and their work runs, once it commits.
+func (s *Store) CreateExecutionsIn(ctx context.Context, tx pgx.Tx, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
+	return s.createExecutions(ctx, s.inCaller(tx), g, items, keys, ids)
+}
+
+// createExecutions is CreateExecutions, in the transaction of in.
+func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
 	rg, ok := s.Graph(g.Name(), g.Version())
 	if !ok {
 		return nil, fmt.Errorf("%w: %q version %q; add it to Config.Graphs", ErrUnknownGraph, g.Name(), g.Version())
@@ -84,7 +95,9 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		s.StartsIdle(g) && ins.keys == nil
 	var states []*execState
 	var started []int // the item of each state
-	err = s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
+	caller := false
+	err = in(ctx, func(ctx context.Context, t *txn) error {
+		caller = t.caller
 		if idle {
 			t.tail = append(t.tail, s.insertSteps(ins)...)
 			return nil
@@ -101,7 +114,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 				continue
 			}
 			st := newState(*e, rg, e.CreatedAt, nil)
-			st.caller, st.claims = true, true
+			st.caller, st.claims = true, !t.caller
 			st.traceparent = telemetry.Traceparent(ctx)
 			if err := st.advance(); err != nil {
 				return err
@@ -134,7 +147,9 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 		ins.found()
 		return ins.execs, nil
 	}
-	s.committed(ctx, states)
+	if !caller {
+		s.committed(ctx, states)
+	}
 	for j, st := range states {
 		e := &st.exec
 		e.Revision = st.revision - int64(len(st.claimed)) // the write's, before the claims it made
@@ -384,7 +399,7 @@ func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys, ids []st
 	}
 	var revs []int64
 	if len(settings) > 0 {
-		revs, err = s.setValuesOf(ctx, settings, tail)
+		revs, err = s.setValuesOf(ctx, s.own, settings, tail)
 	} else if len(tail) > 0 {
 		err = s.inTxn(ctx, s.db, func(_ context.Context, t *txn) error {
 			t.tail = tail
@@ -482,11 +497,19 @@ func (set Setting) Check() error {
 // execution at most once, and returns their revisions afterwards, in order. An error fails them
 // all, and nothing is written.
 func (s *Store) SetValuesOf(ctx context.Context, settings []Setting) ([]int64, error) {
-	return s.setValuesOf(ctx, settings, nil)
+	return s.setValuesOf(ctx, s.own, settings, nil)
 }
 
-// setValuesOf is SetValuesOf, whose transaction sends the statements of tail too, with its COMMIT.
-func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step) ([]int64, error) {
+// SetValuesIn is SetValuesOf in tx, a transaction of the application's (see inCaller): the
+// values are set, and the work they make runs, once it commits. The executions' rows stay locked
+// until then.
+func (s *Store) SetValuesIn(ctx context.Context, tx pgx.Tx, settings []Setting) ([]int64, error) {
+	return s.setValuesOf(ctx, s.inCaller(tx), settings, nil)
+}
+
+// setValuesOf is SetValuesOf in the transaction of in, which sends the statements of tail too,
+// with its COMMIT.
+func (s *Store) setValuesOf(ctx context.Context, in run, settings []Setting, tail []step) ([]int64, error) {
 	ids := make([]string, len(settings))
 	for i, set := range settings {
 		if err := set.Check(); err != nil {
@@ -499,7 +522,7 @@ func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step
 	}
 	revs := make([]int64, len(settings))
 	var done []*execState
-	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
+	err := in(ctx, func(ctx context.Context, t *txn) error {
 		t.tail = append(t.tail, tail...)
 		sts, err := s.load(ctx, t, ids, nil, nil)
 		if err != nil {
@@ -518,7 +541,9 @@ func (s *Store) setValuesOf(ctx context.Context, settings []Setting, tail []step
 		if err := s.finish(ctx, t, sts); err != nil {
 			return err
 		}
-		done = sts
+		if !t.caller {
+			done = sts
+		}
 		return nil
 	})
 	if err != nil {

@@ -280,8 +280,17 @@ func (s *Store) mark(t *txn, sts []*execState) {
 	for i, st := range sts {
 		gs[i], vs[i], ms[i] = st.exec.GraphName, st.exec.GraphVersion, st.exec.CreatedAt.Truncate(time.Minute)
 	}
-	t.atCommit(s.q(markFrom(`SELECT u.graph_name, u.graph_version, u.minute
-		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(graph_name, graph_version, minute)`)), gs, vs, ms)
+	query := markFrom(`SELECT u.graph_name, u.graph_version, u.minute
+		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(graph_name, graph_version, minute)`)
+	if t.caller {
+		// An application's transaction may stay open long after the write: holding the marks
+		// until then would hold up the writes of every execution of the same minutes. A mark it
+		// inserts is claimed only once it commits; one that is there already, if the roll claims
+		// it before, leaves the write's minute unrolled until another write marks it.
+		query = strings.Replace(query, "ON CONFLICT (graph_name, graph_version, minute, claimed) DO UPDATE SET claimed = false WHERE false",
+			"ON CONFLICT DO NOTHING", 1)
+	}
+	t.atCommit(s.q(query), gs, vs, ms)
 }
 
 // rollChunk is how many marked minutes one transaction of the roll brings up to date.

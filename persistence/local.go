@@ -33,7 +33,7 @@ type Local interface {
 // here, before the COMMIT (see releaseUnknown), and whose time and deadlines the statement that
 // writes it stamps (see nodeRows). A claim is a revision of its execution, as Claim's is.
 func (s *Store) claimLocally(t *txn, st *execState) {
-	if s.local == nil || !st.claims || st.exec.ArchivedAt != nil {
+	if s.local == nil || !st.claims || t.caller || st.exec.ArchivedAt != nil {
 		return
 	}
 	var ready []*Computation

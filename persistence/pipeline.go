@@ -44,6 +44,8 @@ type txn struct {
 	claiming []*execState
 	// claim: the transaction is a Claim, not a write (the Committed hook hears of writes).
 	claim bool
+	// caller: the transaction is the application's (inCaller), which commits it or not.
+	caller bool
 }
 
 // step is one statement of a batch, and what reads its result; nil read discards it.
@@ -102,6 +104,35 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 	}
 	s.notes.send(t.notes)
 	return nil
+}
+
+// run runs a write's fn in a transaction: the store's own (Store.inTxn), or the application's
+// (Store.inCaller).
+type run func(ctx context.Context, fn func(ctx context.Context, t *txn) error) error
+
+// own runs fn in a transaction of the store's, which it commits.
+func (s *Store) own(ctx context.Context, fn func(ctx context.Context, t *txn) error) error {
+	return s.inTxn(ctx, s.db, fn)
+}
+
+// inCaller returns the run of a write in tx, a transaction of the application's: the write's
+// statements go in it, with the NOTIFY of the work and the changes they make, which PostgreSQL
+// sends when the application commits, and not at all if it rolls back. Nothing is claimed here,
+// nor promoted past a concurrency key or a limit (a replica does that, woken by the NOTIFY):
+// either would hold what other transactions wait for until the application ends its own. If fn
+// or a statement fails, tx is left to the application, to roll back.
+func (s *Store) inCaller(tx pgx.Tx) run {
+	return func(ctx context.Context, fn func(ctx context.Context, t *txn) error) error {
+		t := &txn{pg: tx.Conn(), begun: true, caller: true}
+		if err := fn(ctx, t); err != nil {
+			return err
+		}
+		steps := t.tail
+		for _, p := range t.notes {
+			steps = append(steps, step{sql: "SELECT pg_notify($1, $2)", args: []any{s.channel, p}})
+		}
+		return t.send(ctx, steps...)
+	}
 }
 
 // handed returns the ids of the executions in t.handing.

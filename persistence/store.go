@@ -62,10 +62,13 @@ const (
 // Notification payloads sent on the store's channel. A payload of PayloadWork means new work is
 // available; PayloadExecution and a comma-separated list of changes means a value or a node's
 // outcome changed in each of those executions: each change is an id, or id@revision, the
-// execution's revision after the change (read it with ParseChange).
+// execution's revision after the change (read it with ParseChange). PayloadPromote means a
+// write in an application's transaction made work due that waits for a concurrency key or a
+// limit, which a replica promotes (PromoteDue) and then claims.
 const (
 	PayloadWork      = "w"
 	PayloadExecution = "x:"
+	PayloadPromote   = "p"
 )
 
 // ParseChange reads a change of a PayloadExecution notification: the execution's id, and its
