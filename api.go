@@ -2,6 +2,7 @@ package journey
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/persistence"
+	"github.com/uptrace/bun"
 )
 
 // Execution is one run of a graph.
@@ -180,29 +182,62 @@ func (r *Runtime) Start(ctx context.Context, g *graph.Graph, opts ...StartOption
 // then, with no poll. Until tx ends, an execution started with a key holds it: a Start with the
 // same key waits for tx. An error leaves tx to the application, to roll back.
 //
-// tx is a pgx.Tx of a connection to the runtime's database (a pgxpool.Pool's Begin, say). The
-// execution's Existing says, for a key, whether tx found it already there.
-func (r *Runtime) StartTx(ctx context.Context, tx pgx.Tx, g *graph.Graph, opts ...StartOption) (*Execution, error) {
+// The execution's Existing says, for a key, whether tx found it already there.
+func (r *Runtime) StartTx(ctx context.Context, tx Tx, g *graph.Graph, opts ...StartOption) (*Execution, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
 	if g == nil {
 		return nil, fmt.Errorf("%w: StartTx was given a nil graph", ErrUnknownGraph)
 	}
-	if tx == nil {
-		return nil, errors.New("journey: StartTx was given a nil transaction: pass the pgx.Tx of the application's transaction")
+	caller, err := callerOf("StartTx", tx)
+	if err != nil {
+		return nil, err
 	}
 	return traced(ctx, r, "journey.StartTx", graphAttrs(g), func(ctx context.Context) (*Execution, error) {
 		set, key, err := r.startArgs(g, opts)
 		if err != nil {
 			return nil, err
 		}
-		execs, err := r.store.CreateExecutionsIn(ctx, tx, g, []map[string]json.RawMessage{set}, []string{key}, nil)
+		execs, err := r.store.CreateExecutionsIn(ctx, caller, g, []map[string]json.RawMessage{set}, []string{key}, nil)
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(execs[0]), nil
 	})
+}
+
+// Tx is a transaction of the application's, on the runtime's database, that StartTx, SetTx and
+// SetManyTx write in: a pgx.Tx (a pgxpool.Pool's Begin, say), a *sql.Tx, through any PostgreSQL
+// driver, or a bun.Tx. Through a pgx.Tx, a write's statements go in one round trip; through the
+// others, one at a time.
+type Tx any
+
+// callerOf returns tx as the store takes it, or an error that says what what was given.
+func callerOf(what string, tx Tx) (persistence.Caller, error) {
+	switch tx := tx.(type) {
+	case pgx.Tx:
+		if tx != nil {
+			return persistence.Caller{Pgx: tx}, nil
+		}
+	case *sql.Tx:
+		if tx != nil {
+			return persistence.Caller{SQL: tx}, nil
+		}
+	case bun.Tx:
+		if tx.Tx != nil {
+			return persistence.Caller{SQL: tx.Tx}, nil
+		}
+	case *bun.Tx:
+		if tx != nil && tx.Tx != nil {
+			return persistence.Caller{SQL: tx.Tx}, nil
+		}
+	default:
+		if tx != nil {
+			return persistence.Caller{}, fmt.Errorf("journey: %s was given a %T: pass the application's transaction, a pgx.Tx, a *sql.Tx or a bun.Tx", what, tx)
+		}
+	}
+	return persistence.Caller{}, fmt.Errorf("journey: %s was given no transaction: pass the application's transaction, a pgx.Tx, a *sql.Tx or a bun.Tx", what)
 }
 
 // startArgs are the values and the key of a Start of g with opts, checked.
@@ -479,17 +514,18 @@ func (r *Runtime) SetMany(ctx context.Context, id string, values map[string]any,
 // the work it makes runs, once tx commits; after a rollback it is as if it had not been set. The
 // execution stays locked until tx ends: its other writes wait for tx. An error leaves tx to the
 // application, to roll back.
-func (r *Runtime) SetTx(ctx context.Context, tx pgx.Tx, id, node string, value any, opts ...SetOption) (int64, error) {
+func (r *Runtime) SetTx(ctx context.Context, tx Tx, id, node string, value any, opts ...SetOption) (int64, error) {
 	return r.SetManyTx(ctx, tx, id, map[string]any{node: value}, opts...)
 }
 
 // SetManyTx is SetMany in tx, a transaction of the application's (see SetTx).
-func (r *Runtime) SetManyTx(ctx context.Context, tx pgx.Tx, id string, values map[string]any, opts ...SetOption) (int64, error) {
+func (r *Runtime) SetManyTx(ctx context.Context, tx Tx, id string, values map[string]any, opts ...SetOption) (int64, error) {
 	if err := r.check(); err != nil {
 		return 0, err
 	}
-	if tx == nil {
-		return 0, errors.New("journey: SetTx was given a nil transaction: pass the pgx.Tx of the application's transaction")
+	caller, err := callerOf("SetTx", tx)
+	if err != nil {
+		return 0, err
 	}
 	attrs := []attribute.KeyValue{telemetry.KeyExecution.String(id)}
 	return traced(ctx, r, "journey.SetTx", attrs, func(ctx context.Context) (int64, error) {
@@ -497,7 +533,7 @@ func (r *Runtime) SetManyTx(ctx context.Context, tx pgx.Tx, id string, values ma
 		if err != nil {
 			return 0, err
 		}
-		revs, err := r.store.SetValuesIn(ctx, tx, []persistence.Setting{setting})
+		revs, err := r.store.SetValuesIn(ctx, caller, []persistence.Setting{setting})
 		if err != nil {
 			return 0, err
 		}

@@ -2,12 +2,14 @@ package journey_test
 
 import (
 	"context"
+	"database/sql"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey"
@@ -44,6 +46,55 @@ func txRuntime(t *testing.T, g *graph.Graph) (*journey.Runtime, *pgxpool.Pool, s
 	return rt, pool, orders, cfg.Schema
 }
 
+// appTx is a transaction of the application's, of one of the kinds StartTx takes.
+type appTx struct {
+	tx       journey.Tx
+	exec     func(sql string, args ...any) error
+	commit   func() error
+	rollback func() error
+}
+
+// txKinds begin a transaction of each kind StartTx takes, on the test database: a pgx.Tx of a
+// pool, a *sql.Tx of pgx's database/sql driver, and a bun.Tx.
+var txKinds = []struct {
+	name  string
+	begin func(t *testing.T, pool *pgxpool.Pool) appTx
+}{{"pgx", func(t *testing.T, pool *pgxpool.Pool) appTx {
+	t.Helper()
+	ctx := testCtx(t)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return appTx{tx, func(sql string, args ...any) error { _, err := tx.Exec(ctx, sql, args...); return err },
+		func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }}
+}}, {"database/sql", func(t *testing.T, _ *pgxpool.Pool) appTx {
+	t.Helper()
+	ctx := testCtx(t)
+	tx, err := pgtest.DB(t).BeginTx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return appTx{tx, func(sql string, args ...any) error { _, err := tx.ExecContext(ctx, sql, args...); return err },
+		tx.Commit, tx.Rollback}
+}}, {"database/sql, prepared", func(t *testing.T, pool *pgxpool.Pool) appTx {
+	t.Helper()
+	ctx := testCtx(t)
+	db := stdlib.OpenDBFromPool(pool) // pgx's default mode: statements prepared and described
+	t.Cleanup(func() { _ = db.Close() })
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return appTx{tx, func(sql string, args ...any) error { _, err := tx.ExecContext(ctx, sql, args...); return err },
+		tx.Commit, tx.Rollback}
+}}, {"bun", func(t *testing.T, _ *pgxpool.Pool) appTx {
+	t.Helper()
+	ctx := testCtx(t)
+	tx, err := pgtest.BunDB(t, pgtest.URL(t)).BeginTx(ctx, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return appTx{tx, func(sql string, args ...any) error { _, err := tx.ExecContext(ctx, sql, args...); return err },
+		tx.Commit, tx.Rollback}
+}}}
+
 // rowsOf counts the rows of execution id in each per-execution table of the runtime's schema.
 func rowsOf(t *testing.T, pool *pgxpool.Pool, schema, id string) int {
 	t.Helper()
@@ -66,104 +117,124 @@ func rowsOf(t *testing.T, pool *pgxpool.Pool, schema, id string) int {
 // an hour apart).
 func TestStartTxCommitsWithTheApplicationsRows(t *testing.T) {
 	t.Parallel()
-	var ran atomic.Int64
-	g := txGraph("start-tx", &ran)
-	rt, pool, orders, _ := txRuntime(t, g)
-	ctx := testCtx(t)
+	for _, kind := range txKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			var ran atomic.Int64
+			g := txGraph("start-tx", &ran)
+			rt, pool, orders, _ := txRuntime(t, g)
+			ctx := testCtx(t)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, "INSERT INTO "+orders+" VALUES ('order/1')")
-	require.NoError(t, err)
-	ex, err := rt.StartTx(ctx, tx, g, journey.WithKey("order/1"), journey.WithValues(map[string]any{"x": 1}))
-	require.NoError(t, err)
-	require.False(t, ex.Existing)
+			tx := kind.begin(t, pool)
+			require.NoError(t, tx.exec("INSERT INTO "+orders+" VALUES ('order/1')"))
+			ex, err := rt.StartTx(ctx, tx.tx, g, journey.WithKey("order/1"), journey.WithValues(map[string]any{"x": 1}))
+			require.NoError(t, err)
+			require.False(t, ex.Existing)
 
-	_, err = rt.Get(ctx, ex.ID, "x")
-	require.ErrorIs(t, err, journey.ErrNotFound, "invisible before the commit")
-	require.Zero(t, ran.Load(), "nothing runs before the commit")
-	require.NoError(t, tx.Commit(ctx))
+			_, err = rt.Get(ctx, ex.ID, "x")
+			require.ErrorIs(t, err, journey.ErrNotFound, "invisible before the commit")
+			require.Zero(t, ran.Load(), "nothing runs before the commit")
+			require.NoError(t, tx.commit())
 
-	y, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
-	require.NoError(t, err)
-	require.EqualValues(t, 2, y.Int())
-	require.EqualValues(t, 1, ran.Load())
-	var order string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT id FROM "+orders).Scan(&order))
-	require.Equal(t, "order/1", order)
-	again, err := rt.Start(ctx, g, journey.WithKey("order/1"))
-	require.NoError(t, err)
-	require.True(t, again.Existing, "the key is held once committed")
-	require.Equal(t, ex.ID, again.ID)
+			y, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+			require.NoError(t, err)
+			require.EqualValues(t, 2, y.Int())
+			require.EqualValues(t, 1, ran.Load())
+			var order string
+			require.NoError(t, pool.QueryRow(ctx, "SELECT id FROM "+orders).Scan(&order))
+			require.Equal(t, "order/1", order)
+			again, err := rt.Start(ctx, g, journey.WithKey("order/1"))
+			require.NoError(t, err)
+			require.True(t, again.Existing, "the key is held once committed")
+			require.Equal(t, ex.ID, again.ID)
+		})
+	}
 }
 
 // A Start in a transaction that rolls back leaves no trace: no row, no run, and its key free.
 func TestStartTxRolledBackLeavesNoTrace(t *testing.T) {
 	t.Parallel()
-	var ran atomic.Int64
-	g := txGraph("start-tx-rollback", &ran)
-	rt, pool, orders, schema := txRuntime(t, g)
-	ctx := testCtx(t)
+	for _, kind := range txKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			var ran atomic.Int64
+			g := txGraph("start-tx-rollback", &ran)
+			rt, pool, orders, schema := txRuntime(t, g)
+			ctx := testCtx(t)
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "INSERT INTO "+orders+" VALUES ('order/2')")
-	require.NoError(t, err)
-	gone, err := rt.StartTx(ctx, tx, g, journey.WithKey("order/2"), journey.WithValues(map[string]any{"x": 1}))
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(ctx))
+			tx := kind.begin(t, pool)
+			require.NoError(t, tx.exec("INSERT INTO "+orders+" VALUES ('order/2')"))
+			gone, err := rt.StartTx(ctx, tx.tx, g, journey.WithKey("order/2"), journey.WithValues(map[string]any{"x": 1}))
+			require.NoError(t, err)
+			require.NoError(t, tx.rollback())
 
-	// A Start of the same key afterwards makes a new execution, whose run is the only one.
-	ex, err := rt.Start(ctx, g, journey.WithKey("order/2"), journey.WithValues(map[string]any{"x": 10}))
-	require.NoError(t, err)
-	require.False(t, ex.Existing)
-	require.NotEqual(t, gone.ID, ex.ID)
-	y, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
-	require.NoError(t, err)
-	require.EqualValues(t, 11, y.Int())
-	require.EqualValues(t, 1, ran.Load())
-	require.Zero(t, rowsOf(t, pool, schema, gone.ID))
-	var orderRows int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+orders).Scan(&orderRows))
-	require.Zero(t, orderRows)
+			// A Start of the same key afterwards makes a new execution, whose run is the only one.
+			ex, err := rt.Start(ctx, g, journey.WithKey("order/2"), journey.WithValues(map[string]any{"x": 10}))
+			require.NoError(t, err)
+			require.False(t, ex.Existing)
+			require.NotEqual(t, gone.ID, ex.ID)
+			y, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+			require.NoError(t, err)
+			require.EqualValues(t, 11, y.Int())
+			require.EqualValues(t, 1, ran.Load())
+			require.Zero(t, rowsOf(t, pool, schema, gone.ID))
+			var orderRows int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+orders).Scan(&orderRows))
+			require.Zero(t, orderRows)
+		})
+	}
 }
 
 // A Set in the application's transaction takes effect at its commit, and not at all if it
 // rolls back.
 func TestSetTxTakesEffectAtTheCommit(t *testing.T) {
 	t.Parallel()
+	for _, kind := range txKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			var ran atomic.Int64
+			g := txGraph("set-tx", &ran)
+			rt, pool, _, _ := txRuntime(t, g)
+			ctx := testCtx(t)
+			ex, err := rt.Start(ctx, g)
+			require.NoError(t, err)
+
+			tx := kind.begin(t, pool)
+			rev, err := rt.SetTx(ctx, tx.tx, ex.ID, "x", 5)
+			require.NoError(t, err)
+			_, err = rt.Get(ctx, ex.ID, "x")
+			require.ErrorIs(t, err, journey.ErrNotSet, "not set before the commit")
+			require.NoError(t, tx.commit())
+			x, err := rt.Get(ctx, ex.ID, "x")
+			require.NoError(t, err)
+			require.Equal(t, rev, x.Revision)
+			y, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
+			require.NoError(t, err)
+			require.EqualValues(t, 6, y.Int())
+
+			tx = kind.begin(t, pool)
+			_, err = rt.SetManyTx(ctx, tx.tx, ex.ID, map[string]any{"x": 7})
+			require.NoError(t, err)
+			require.NoError(t, tx.rollback())
+			x, err = rt.Get(ctx, ex.ID, "x")
+			require.NoError(t, err)
+			require.EqualValues(t, 5, x.Int(), "the rolled-back Set left no value")
+			require.EqualValues(t, 1, ran.Load())
+			require.Len(t, attempts(t, rt, ex.ID, "y"), 1, "and no attempt")
+		})
+	}
+}
+
+// StartTx refuses what is not a transaction it can write in, and says what to pass.
+func TestStartTxRefusesWhatIsNoTransaction(t *testing.T) {
+	t.Parallel()
 	var ran atomic.Int64
-	g := txGraph("set-tx", &ran)
-	rt, pool, _, _ := txRuntime(t, g)
-	ctx := testCtx(t)
-	ex, err := rt.Start(ctx, g)
-	require.NoError(t, err)
-
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	rev, err := rt.SetTx(ctx, tx, ex.ID, "x", 5)
-	require.NoError(t, err)
-	_, err = rt.Get(ctx, ex.ID, "x")
-	require.ErrorIs(t, err, journey.ErrNotSet, "not set before the commit")
-	require.NoError(t, tx.Commit(ctx))
-	x, err := rt.Get(ctx, ex.ID, "x")
-	require.NoError(t, err)
-	require.Equal(t, rev, x.Revision)
-	y, err := rt.Get(ctx, ex.ID, "y", journey.WaitAny())
-	require.NoError(t, err)
-	require.EqualValues(t, 6, y.Int())
-
-	tx, err = pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = rt.SetManyTx(ctx, tx, ex.ID, map[string]any{"x": 7})
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(ctx))
-	x, err = rt.Get(ctx, ex.ID, "x")
-	require.NoError(t, err)
-	require.EqualValues(t, 5, x.Int(), "the rolled-back Set left no value")
-	require.EqualValues(t, 1, ran.Load())
-	require.Len(t, attempts(t, rt, ex.ID, "y"), 1, "and no attempt")
+	g := txGraph("start-tx-refused", &ran)
+	rt, _, _, _ := txRuntime(t, g)
+	for _, tx := range []journey.Tx{nil, "a string", (*sql.Tx)(nil)} {
+		_, err := rt.StartTx(testCtx(t), tx, g)
+		require.ErrorContains(t, err, "pass the application's transaction, a pgx.Tx, a *sql.Tx or a bun.Tx")
+	}
 }
 
 // Work that waits for a concurrency key is promoted by a replica that the COMMIT's NOTIFY wakes:

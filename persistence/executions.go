@@ -71,7 +71,7 @@ func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []ma
 
 // CreateExecutionsIn is CreateExecutions in tx, a transaction of the application's (see
 // inCaller): the executions exist, and their work runs, once it commits.
-func (s *Store) CreateExecutionsIn(ctx context.Context, tx pgx.Tx, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
+func (s *Store) CreateExecutionsIn(ctx context.Context, tx Caller, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
 	return s.createExecutions(ctx, s.inCaller(tx), g, items, keys, ids)
 }
 
@@ -503,7 +503,7 @@ func (s *Store) SetValuesOf(ctx context.Context, settings []Setting) ([]int64, e
 // SetValuesIn is SetValuesOf in tx, a transaction of the application's (see inCaller): the
 // values are set, and the work they make runs, once it commits. The executions' rows stay locked
 // until then.
-func (s *Store) SetValuesIn(ctx context.Context, tx pgx.Tx, settings []Setting) ([]int64, error) {
+func (s *Store) SetValuesIn(ctx context.Context, tx Caller, settings []Setting) ([]int64, error) {
 	return s.setValuesOf(ctx, s.inCaller(tx), settings, nil)
 }
 

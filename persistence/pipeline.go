@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
@@ -44,8 +45,10 @@ type txn struct {
 	claiming []*execState
 	// claim: the transaction is a Claim, not a write (the Committed hook hears of writes).
 	claim bool
-	// caller: the transaction is the application's (inCaller), which commits it or not.
+	// caller: the transaction is the application's (inCaller), which commits it or not; sqlTx
+	// is it when it is a *sql.Tx, whose statements go one at a time (sendSQL).
 	caller bool
+	sqlTx  *sql.Tx
 }
 
 // step is one statement of a batch, and what reads its result; nil read discards it.
@@ -106,6 +109,13 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 	return nil
 }
 
+// Caller is a transaction of the application's that a write goes in (inCaller): a pgx.Tx, or else
+// a *sql.Tx.
+type Caller struct {
+	Pgx pgx.Tx
+	SQL *sql.Tx
+}
+
 // run runs a write's fn in a transaction: the store's own (Store.inTxn), or the application's
 // (Store.inCaller).
 type run func(ctx context.Context, fn func(ctx context.Context, t *txn) error) error
@@ -121,9 +131,12 @@ func (s *Store) own(ctx context.Context, fn func(ctx context.Context, t *txn) er
 // nor promoted past a concurrency key or a limit (a replica does that, woken by the NOTIFY):
 // either would hold what other transactions wait for until the application ends its own. If fn
 // or a statement fails, tx is left to the application, to roll back.
-func (s *Store) inCaller(tx pgx.Tx) run {
+func (s *Store) inCaller(tx Caller) run {
 	return func(ctx context.Context, fn func(ctx context.Context, t *txn) error) error {
-		t := &txn{pg: tx.Conn(), begun: true, caller: true}
+		t := &txn{begun: true, caller: true, sqlTx: tx.SQL}
+		if tx.Pgx != nil {
+			t.pg = tx.Pgx.Conn()
+		}
 		if err := fn(ctx, t); err != nil {
 			return err
 		}
@@ -192,6 +205,9 @@ func (t *txn) begin(ctx context.Context) error { return t.send(ctx) }
 func (t *txn) send(ctx context.Context, steps ...step) (err error) {
 	if t.begun && len(steps) == 0 {
 		return nil
+	}
+	if t.sqlTx != nil {
+		return sendSQL(ctx, t.sqlTx, steps)
 	}
 	var b pgx.Batch
 	if !t.begun {
@@ -300,6 +316,19 @@ var interned = map[string]bool{"node": true, "graph_key": true, "state": true, "
 // internedText scans a text column into to, a *string or a *pgtype.Text, as the one string of
 // its value.
 type internedText struct{ to any }
+
+// Scan implements sql.Scanner, for the rows of a *sql.Tx (sendSQL).
+func (t *internedText) Scan(src any) error {
+	switch src := src.(type) {
+	case nil:
+		return t.ScanBytes(nil)
+	case string:
+		return t.ScanBytes([]byte(src))
+	case []byte:
+		return t.ScanBytes(src)
+	}
+	return fmt.Errorf("persistence: a text column read as %T", src)
+}
 
 // ScanBytes implements pgtype.BytesScanner.
 func (t *internedText) ScanBytes(b []byte) error {
