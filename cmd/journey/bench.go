@@ -143,6 +143,7 @@ type benchConfig struct {
 	duration      time.Duration
 	rate          float64
 	shape         string
+	start         string // the open loop's: "set", "values" or "tx"
 	replicas      int
 	workers       int
 	producers     int
@@ -246,6 +247,9 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.StringVar(&cfg.pgbouncer, "pgbouncer", env.getenv("JOURNEY_PGBOUNCER"), "-pooler's pgbouncer `program` (default "+
 		"$JOURNEY_PGBOUNCER, else Debian's): from PgBouncer 1.21 on, with max_prepared_statements, and the replicas "+
 		"prepare their statements by name")
+	fs.StringVar(&cfg.start, "start", "set", "open loop: how each execution starts, and what its latency times: set (Start, "+
+		"then Set the input; from the Set), values (Start with the input; from the Start), or tx (StartTx with the input in a "+
+		"transaction of its own, then COMMIT; from the BEGIN)")
 	fs.BoolVar(&cfg.keyed, "keyed", false, "start each execution with a key of its own (journey.WithKey, WithKeys), "+
 		"for what a keyed Start costs beside an unkeyed one")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", 0, "the compute nodes' heartbeat `interval`, their heartbeat timeout 10 times it "+
@@ -280,6 +284,12 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		}
 	default:
 		return bad("give -n N (drain), -duration D (continuous), or -rate R with -duration D (open loop)")
+	}
+	switch {
+	case set["start"] && cfg.mode != "rate":
+		return bad("-start applies to the open loop (-rate) only")
+	case cfg.start != "set" && cfg.start != "values" && cfg.start != "tx":
+		return bad("-start %q is not one of set, values, tx", cfg.start)
 	}
 	if _, ok := benchShapes[cfg.shape]; !ok {
 		return bad("-graph %q is not one of one, chain5, fanout10, gated", cfg.shape)
@@ -359,7 +369,9 @@ type benchmark struct {
 	rowsBase map[string]tableWrites
 
 	mu        sync.Mutex
-	latencies []time.Duration // rate mode: from Set to the last Get
+	latencies []time.Duration // rate mode: from Set (or Start, or BEGIN: -start) to the last Get
+
+	app *pgxpool.Pool // -start tx: the application's connections, which begin the transactions
 }
 
 // benchResult is what a run measured.
@@ -1056,9 +1068,64 @@ func (b *benchmark) continuous(ctx context.Context, rts []*journey.Runtime, res 
 	return err
 }
 
+// appConns is the size of the application's pool of -start tx: pgxpool's default, 4 on 2 cores,
+// held each for a BEGIN, a StartTx and a COMMIT, could not keep up with 500 a second.
+const appConns = 40
+
+// startOne starts an execution of the open loop, as -start says, and returns it and when its
+// latency began.
+func (b *benchmark) startOne(ctx context.Context, rt *journey.Runtime) (*journey.Execution, time.Time, error) {
+	t0 := time.Now()
+	values := journey.WithValues(map[string]any{"x": b.input()})
+	switch b.cfg.start {
+	case "values":
+		ex, err := rt.Start(ctx, b.measured, journey.WithKey(b.key()), values)
+		if err != nil {
+			return nil, t0, fmt.Errorf("starting an execution: %w", err)
+		}
+		return ex, t0, nil
+	case "tx":
+		tx, err := b.app.Begin(ctx)
+		if err != nil {
+			return nil, t0, fmt.Errorf("beginning a transaction: %w", err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		ex, err := rt.StartTx(ctx, tx, b.measured, journey.WithKey(b.key()), values)
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			return nil, t0, fmt.Errorf("starting an execution in a transaction: %w", err)
+		}
+		return ex, t0, nil
+	}
+	ex, err := rt.Start(ctx, b.measured, journey.WithKey(b.key()))
+	if err != nil {
+		return nil, t0, fmt.Errorf("starting an execution: %w", err)
+	}
+	t0 = time.Now()
+	if _, err := rt.Set(ctx, ex.ID, "x", b.input()); err != nil {
+		return nil, t0, fmt.Errorf("setting the input of %s: %w", ex.ID, err)
+	}
+	return ex, t0, nil
+}
+
 // openLoop starts executions at the rate for the duration, each in a goroutine of its own that
 // sets the input and waits for the leaves, then waits for them all.
 func (b *benchmark) openLoop(ctx context.Context, rts []*journey.Runtime, res *benchResult) error {
+	if b.cfg.start == "tx" { // the application's pool, on the replicas' database
+		pcfg, err := pgxpool.ParseConfig(b.replicaURL)
+		if err != nil {
+			return fmt.Errorf("opening the application's pool: %w", err)
+		}
+		pcfg.MaxConns = appConns
+		app, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			return fmt.Errorf("opening the application's pool: %w", err)
+		}
+		defer app.Close()
+		b.app = app
+	}
 	began := time.Now()
 	leaves := b.leaves()
 	// Cancelled with the first error of an execution, or to end the waits after a stall.
@@ -1069,13 +1136,9 @@ func (b *benchmark) openLoop(ctx context.Context, rts []*journey.Runtime, res *b
 	// The latencies leave out the warm-up, while the pool opens its connections.
 	warm := began.Add(min(benchWarmup, b.cfg.duration/2))
 	run := func(rt *journey.Runtime) error {
-		ex, err := rt.Start(ectx, b.measured, journey.WithKey(b.key()))
+		ex, t0, err := b.startOne(ectx, rt)
 		if err != nil {
-			return fmt.Errorf("starting an execution: %w", err)
-		}
-		t0 := time.Now()
-		if _, err := rt.Set(ectx, ex.ID, "x", b.input()); err != nil {
-			return fmt.Errorf("setting the input of %s: %w", ex.ID, err)
+			return err
 		}
 		b.ids.add(ex.ID)
 		b.started.Add(1)
