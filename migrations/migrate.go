@@ -114,6 +114,7 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 		logger.Debug("schema is up to date")
 		return nil, nil
 	}
+	began := time.Now()
 	if db.DB.Stats().MaxOpenConnections == 1 {
 		return nil, errors.New("migrating: the database allows one open connection, and migrating needs two " +
 			"(one holds the migration lock): raise SetMaxOpenConns")
@@ -163,15 +164,18 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 		return applied, fmt.Errorf("migrating schema %s: looking for Citus: %w", schema, err)
 	}
 	if present && !distributed {
-		began := time.Now()
+		distributing := time.Now()
 		if err := distribute(ctx, db, schema); err != nil {
 			return applied, err
 		}
-		logger.Info("distributed the tables by lane on Citus", "elapsed", time.Since(began).Round(time.Millisecond))
+		logger.Debug("distributed the tables by lane on Citus", "elapsed", time.Since(distributing).Round(time.Millisecond))
 		applied = append(applied, "citus")
 	}
 	if len(applied) == 0 {
 		logger.Debug("schema is up to date")
+	} else {
+		// One line at INFO: each migration has its own at DEBUG.
+		logger.Info("migrated", "applied", len(applied), "last", applied[len(applied)-1], "elapsed", time.Since(began).Round(time.Millisecond))
 	}
 	return applied, nil
 }
@@ -258,7 +262,7 @@ func up(s source, quotedSchema string, logger *slog.Logger) func(context.Context
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		logger.Info("applied migration", "migration", s.name(), "elapsed", time.Since(began).Round(time.Millisecond))
+		logger.Debug("applied migration", "migration", s.name(), "elapsed", time.Since(began).Round(time.Millisecond))
 		return nil
 	}
 }
@@ -291,7 +295,7 @@ func lock(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger) (
 			_ = tx.Rollback()
 			return nil, fmt.Errorf("migrating schema %s: waiting for the migration lock: %w", schema, err)
 		}
-		logger.Info("took the migration lock", "waited", time.Since(began).Round(time.Millisecond))
+		logger.Debug("took the migration lock", "waited", time.Since(began).Round(time.Millisecond))
 	}
 	// The rollback ends the transaction, and with it the lock, even if ctx was cancelled; a
 	// connection whose rollback fails is closed, which ends them too.

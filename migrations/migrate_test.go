@@ -153,3 +153,46 @@ func TestRowShapeMigrationWaitsForTheReplicasToStop(t *testing.T) {
 	require.Equal(t, []string{"0025_row_shape"}, applied)
 	require.Contains(t, tables(t, db, schema), "nodes")
 }
+
+// records keeps the log records at INFO and above.
+type records struct {
+	mu   sync.Mutex
+	list []slog.Record
+}
+
+func (r *records) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.list = append(r.list, rec)
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+// Migrating a fresh schema logs one line at INFO, with how many migrations it applied; the
+// migrations' own lines are DEBUG. A schema up to date logs nothing at INFO.
+func TestMigrateLogsOneInfoLine(t *testing.T) {
+	t.Parallel()
+	db, schema := pgtest.BunDB(t, pgtest.URL(t)), pgtest.Schema(t)
+	for round, want := range []int{1, 0} {
+		logs := &records{}
+		applied, err := migrations.Migrate(t.Context(), db, schema, slog.New(logs))
+		require.NoError(t, err)
+		require.Len(t, logs.list, want, "round %d", round)
+		if want == 0 {
+			require.Empty(t, applied)
+			continue
+		}
+		require.Equal(t, "migrated", logs.list[0].Message)
+		count := int64(-1)
+		logs.list[0].Attrs(func(a slog.Attr) bool {
+			if a.Key == "applied" {
+				count = a.Value.Int64()
+			}
+			return true
+		})
+		require.EqualValues(t, len(applied), count)
+		require.Greater(t, len(applied), 20)
+	}
+}

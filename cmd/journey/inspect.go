@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -295,8 +296,15 @@ func runExecutionsList(ctx context.Context, env *environment, args []string) int
 }
 
 func runExecutionsShow(ctx context.Context, env *environment, args []string) int {
-	fs, of := newOpsFlagSet(env, "executions show", "ID [-schema name] [-json]", "show shows everything about one execution.")
-	pos, code, ok := parseArgs(env, fs, args, "ID")
+	fs, of := newOpsFlagSet(env, "executions show", "ID | --key K [--graph G] [-schema name] [-json]",
+		"show shows everything about one execution, given by its id or by its key.")
+	key := fs.String("key", "", "show the unarchived execution that holds this `key` (journey.WithKey) instead of an ID")
+	graphName := fs.String("graph", "", "with --key: the `graph` whose executions' key it is, if several graphs' hold it")
+	want := []string{"ID"}
+	if slices.ContainsFunc(args, func(a string) bool { return strings.TrimLeft(strings.SplitN(a, "=", 2)[0], "-") == "key" }) {
+		want = nil
+	}
+	pos, code, ok := parseArgs(env, fs, args, want...)
 	if !ok {
 		return code
 	}
@@ -305,7 +313,24 @@ func runExecutionsShow(ctx context.Context, env *environment, args []string) int
 		return 1
 	}
 	defer closeDB()
-	d, err := store.Inspect(ctx, pos[0])
+	var id string
+	if *key == "" {
+		id = pos[0]
+	} else {
+		page, err := store.ListPage(ctx, persistence.ExecutionFilter{Key: *key, Graph: *graphName, Limit: 2})
+		switch {
+		case err != nil:
+			return fail(env, "executions show", err)
+		case len(page.Executions) == 0:
+			return fail(env, "executions show", fmt.Errorf("no unarchived execution holds key %q; `journey executions list --key K --archived` "+
+				"lists those that held it", *key))
+		case len(page.Executions) > 1:
+			return fail(env, "executions show", fmt.Errorf("executions of graphs %q and %q hold key %q: give --graph",
+				page.Executions[0].Graph, page.Executions[1].Graph, *key))
+		}
+		id = page.Executions[0].ID
+	}
+	d, err := store.Inspect(ctx, id)
 	if err != nil {
 		return fail(env, "executions show", fmt.Errorf("%w; `journey executions list` lists the executions", err))
 	}
