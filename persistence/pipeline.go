@@ -228,6 +228,12 @@ func (t *txn) send(ctx context.Context, steps ...step) (err error) {
 			return err
 		}
 	}
+	return readEach(steps, br)
+}
+
+// readEach reads the result of each step from br, in order; the first error ends it. A step
+// without a read has its result read all the same.
+func readEach(steps []step, br pgx.BatchResults) (err error) {
 	for _, st := range steps {
 		if st.read == nil {
 			_, err = br.Exec()

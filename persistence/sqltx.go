@@ -15,27 +15,12 @@ import (
 
 // A write in a *sql.Tx of the application's (see inCaller) sends its statements one at a time,
 // through database/sql, with each array written as the text of an array literal: whatever the
-// driver (pgx's stdlib, lib/pq, bun's pgdriver), the statements' casts ($1::text[]) read it. A
-// step's read gets its result through sqlResults, a pgx.BatchResults of one statement.
+// driver (pgx's stdlib, lib/pq, bun's pgdriver), the statements' casts ($1::text[]) read it. The
+// steps' reads get their results through sqlResults, a pgx.BatchResults.
 
 // sendSQL sends steps in tx, one after the other.
 func sendSQL(ctx context.Context, tx *sql.Tx, steps []step) error {
-	for _, st := range steps {
-		args, err := textArgs(st.args)
-		if err != nil {
-			return err
-		}
-		br := &sqlResults{ctx: ctx, tx: tx, sql: st.sql, args: args}
-		if st.read == nil {
-			_, err = br.Exec()
-		} else {
-			err = st.read(br)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return readEach(steps, &sqlResults{ctx: ctx, tx: tx, steps: steps})
 }
 
 // textArgs returns args as driver values that any driver sends: a column (see columns) as the
@@ -53,22 +38,40 @@ func textArgs(args []any) ([]any, error) {
 	return out, nil
 }
 
-// sqlResults is the result of one statement in a *sql.Tx, as a pgx.BatchResults: the statement
-// runs when its result is asked for.
+// sqlResults are the results of steps in a *sql.Tx, as a pgx.BatchResults: each step runs when
+// its result is asked for, in order.
 type sqlResults struct {
-	ctx  context.Context
-	tx   *sql.Tx
-	sql  string
-	args []any
+	ctx   context.Context
+	tx    *sql.Tx
+	steps []step
+	next  int
+}
+
+// step returns the statement of the next step and its arguments.
+func (r *sqlResults) step() (string, []any, error) {
+	if r.next == len(r.steps) {
+		return "", nil, errors.New("persistence: a result asked for beyond the steps sent")
+	}
+	st := r.steps[r.next]
+	r.next++
+	args, err := textArgs(st.args)
+	return st.sql, args, err
 }
 
 func (r *sqlResults) Exec() (pgconn.CommandTag, error) {
-	_, err := r.tx.ExecContext(r.ctx, r.sql, r.args...)
+	query, args, err := r.step()
+	if err == nil {
+		_, err = r.tx.ExecContext(r.ctx, query, args...)
+	}
 	return pgconn.CommandTag{}, err
 }
 
 func (r *sqlResults) Query() (pgx.Rows, error) {
-	rows, err := r.tx.QueryContext(r.ctx, r.sql, r.args...) //nolint:rowserrcheck // sqlRows.Err reads it
+	query, args, err := r.step()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.tx.QueryContext(r.ctx, query, args...) //nolint:rowserrcheck // sqlRows.Err reads it
 	if err != nil {
 		return nil, err
 	}
