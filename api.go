@@ -213,7 +213,7 @@ func (r *Runtime) StartTx(ctx context.Context, tx Tx, g *graph.Graph, opts ...St
 // others, one at a time.
 type Tx any
 
-// callerOf returns tx as the store takes it, or an error that says what what was given.
+// callerOf returns tx as the store takes it, or an error that says what was given to what.
 func callerOf(what string, tx Tx) (persistence.Caller, error) {
 	switch tx := tx.(type) {
 	case pgx.Tx:
