@@ -41,13 +41,16 @@ type Execution struct {
 	// already: that call started nothing, and did not apply its values. It is only meaningful on
 	// what Start and StartMany return; elsewhere it is false.
 	Existing bool
+	// CanceledAt is when the execution was canceled (Cancel), with CancelReason; nil if it was not.
+	CanceledAt   *time.Time `json:",omitempty"`
+	CancelReason string     `json:",omitempty"`
 }
 
 func toExecution(e *persistence.Execution) *Execution {
 	return &Execution{
 		ID: e.ID, Graph: e.GraphName, Version: e.GraphVersion, Revision: e.Revision,
 		ArchivedAt: e.ArchivedAt, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
-		Key: deref(e.Key), Existing: e.Existing,
+		Key: deref(e.Key), Existing: e.Existing, CanceledAt: e.CanceledAt, CancelReason: deref(e.CancelReason),
 	}
 }
 
@@ -627,9 +630,10 @@ func WaitNewerThan(rev int64) GetOption {
 // notification.
 const maxPollBackoff = 16
 
-// Get reads a node's value. With no option it answers at once (ErrNotSet when unset). With
-// WaitAny or WaitNewerThan it waits until the value is there, the node fails
-// (ErrComputationFailed), or ctx ends. Waiting is woken by the database's notifications, or, when
+// Get reads a node's value. With no option it answers at once (ErrNotSet when unset, ErrCanceled
+// when unset in a canceled execution). With WaitAny or WaitNewerThan it waits until the value is
+// there, the node fails (ErrComputationFailed), the execution is canceled (ErrCanceled), or ctx
+// ends. Waiting is woken by the database's notifications, or, when
 // a write of this replica sets the value, by that write once it has committed, which hands the
 // value over without another read. The fallback, for a notification lost, is a look every
 // Config.PollInterval at first, then less often, up to every 16 PollIntervals: thousands of
@@ -700,6 +704,9 @@ func (r *Runtime) getOnce(ctx context.Context, id, node string, rev int64) (grap
 		c := ns.Latest
 		return graph.Value{}, ns.Revision, fmt.Errorf("%w: node %q of %s %s: %s", ErrComputationFailed, node, id,
 			persistence.Failure(c.State, c.Attempt, c.MaxAttempts, deref(c.Error)), deref(c.Error))
+	}
+	if ns.Canceled {
+		return graph.Value{}, ns.Revision, fmt.Errorf("%w: node %q of %s has no value, and the execution is canceled", ErrCanceled, node, id)
 	}
 	return graph.Value{}, ns.Revision, fmt.Errorf("%w: node %q of %s", ErrNotSet, node, id)
 }
@@ -799,6 +806,13 @@ func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
 	latest := map[string]Computation{}
 	for _, c := range comps {
 		latest[c.Node] = c
+	}
+	for name, c := range latest {
+		if c.State == StateFailed || c.State == StateAbandoned { // as Failed gates see them
+			v := vals[name]
+			v.Failed, v.Error = true, c.Error
+			vals[name] = v
+		}
 	}
 	b.WriteString("Waiting:\n")
 	waiting := 0

@@ -139,10 +139,18 @@ type Config struct {
 	// OnExecutionFailed is called once, across all replicas, when a node of an execution has
 	// failed for good (see ErrComputationFailed); again only after Retry. An error retries the delivery with backoff.
 	// Delivery is at least once: use the event's IdempotencyKey to drop repeats. Default nil.
+	//
+	// The handlers may run before New returns: a replica delivers what is pending (events of
+	// earlier runs, or of other replicas) from its start. So a handler must not use the variable
+	// that New's result goes to; it gets the runtime as e.Runtime, and reads the execution with it
+	// (e.Runtime.Values(ctx, e.ExecutionID)).
 	OnExecutionFailed func(ctx context.Context, e ExecutionEvent) error
 	// OnExecutionCompleted is called once when the graph's CompletesWhen gate holds and nothing
 	// is pending or running. Default nil.
 	OnExecutionCompleted func(ctx context.Context, e ExecutionEvent) error
+	// OnExecutionCanceled is called once when the execution is canceled (Runtime.Cancel), with
+	// the reason in the event. Default nil.
+	OnExecutionCanceled func(ctx context.Context, e ExecutionEvent) error
 	// Webhooks receive the same events as signed HTTP POSTs of JSON. Default none.
 	Webhooks []Webhook
 	// NotificationTimeout bounds one handler call or webhook request. Default 10s.

@@ -90,11 +90,19 @@
 //
 // # Notifications
 //
-// Config.OnExecutionFailed, Config.OnExecutionCompleted and Config.Webhooks receive lifecycle
-// events, claimed exactly once across replicas and delivered at least once, with an idempotency
-// key that is the same at every delivery. A delivery that fails is retried with backoff for
-// Config.NotificationRetryHorizon (72 hours by default). VerifyWebhook checks a webhook's
-// signature.
+// Config.OnExecutionFailed, Config.OnExecutionCompleted, Config.OnExecutionCanceled and
+// Config.Webhooks receive lifecycle events, claimed exactly once across replicas and delivered at
+// least once, with an idempotency key that is the same at every delivery. A delivery that fails
+// is retried with backoff for Config.NotificationRetryHorizon (72 hours by default).
+// VerifyWebhook checks a webhook's signature. A handler may run before New returns: it gets the
+// runtime as the event's Runtime field.
+//
+// # Failure, cancel
+//
+// A failure is handled in the graph: a compensation node gated on graph.Failed(node) runs once
+// the node has failed for good, with retries and history like any node (examples/order-fulfilment
+// gives the stock back so). Runtime.Cancel stops an execution for good, whichever replicas run
+// its attempts; Runtime.Archive puts it away.
 //
 // # Testing
 //

@@ -41,6 +41,9 @@ var (
 	// live replicas still use. The error says what changed: give the changed graph a new
 	// version (docs/operating.md, "Graph versions and fingerprints").
 	ErrGraphChanged = persistence.ErrGraphChanged
+	// ErrCanceled means the execution is canceled (Runtime.Cancel): Get of a node with no value
+	// and Retry answer it, and a waiting Get ends with it.
+	ErrCanceled = persistence.ErrCanceled
 	// ErrKeyHeld means Unarchive refused: another unarchived execution of the graph holds the
 	// execution's key (see WithKey). Archive that one first.
 	ErrKeyHeld = persistence.ErrKeyHeld

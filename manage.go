@@ -29,6 +29,24 @@ func (r *Runtime) Archive(ctx context.Context, id string) error {
 	return r.store.SetArchived(ctx, id, true)
 }
 
+// Cancel cancels an execution, for reason: it stops for good. Its attempts that wait end
+// CANCELED; so do the running ones, whose contexts are canceled on whichever replica runs them
+// (woken by the NOTIFY of the cancel, within milliseconds; a replica that misses it learns at the
+// attempt's next heartbeat), and whose results are dropped. Their concurrency slots are free at
+// once. Nothing new is created or claimed: a Set still records its values, and nothing runs of
+// them. Get of a node with no value answers ErrCanceled, and a waiting Get ends with it.
+// OnExecutionCanceled and the webhooks' execution.canceled fire once, across replicas.
+//
+// Canceling a canceled execution changes nothing, and returns nil. A canceled execution keeps its
+// key, as a completed one does: a Start with the key returns it (Existing). Archive it to free
+// the key; archived or not, it stays canceled.
+func (r *Runtime) Cancel(ctx context.Context, id, reason string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.store.Cancel(ctx, id, reason)
+}
+
 // Unarchive brings an archived execution back. If it was started with a key that another
 // unarchived execution of its graph holds by then, it fails with ErrKeyHeld and changes nothing.
 func (r *Runtime) Unarchive(ctx context.Context, id string) error {
@@ -172,12 +190,16 @@ type ListQuery struct {
 	Limit, Offset int
 	// IncludeArchived includes archived executions.
 	IncludeArchived bool
+	// State, when set, keeps the executions in that state, as `journey executions list --state`
+	// and the dashboard show it: archived, canceled, failed, running, waiting, completed or idle
+	// (the first that applies). State "archived" includes the archived executions.
+	State string
 }
 
 func (q ListQuery) toStore() (persistence.ListQuery, error) {
 	out := persistence.ListQuery{
 		Graph: q.Graph, Version: q.Version, Key: q.Key, OrderBy: q.OrderBy, Desc: q.Desc,
-		Limit: q.Limit, Offset: q.Offset, IncludeArchived: q.IncludeArchived,
+		Limit: q.Limit, Offset: q.Offset, IncludeArchived: q.IncludeArchived, State: q.State,
 	}
 	for _, f := range q.Filters {
 		pf := persistence.Filter{Node: f.Node, Op: string(f.Op)}

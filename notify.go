@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,7 +35,12 @@ const (
 	// EventExecutionCompleted: the graph's CompletesWhen gate holds and nothing is pending or
 	// running. It fires once per execution.
 	EventExecutionCompleted EventType = persistence.EventCompleted
+	// EventExecutionCanceled: the execution was canceled (Runtime.Cancel). It fires once.
+	EventExecutionCanceled EventType = persistence.EventCanceled
 )
+
+// events are the lifecycle events, in the order they are documented.
+var events = []EventType{EventExecutionFailed, EventExecutionCompleted, EventExecutionCanceled}
 
 // Webhook headers.
 const (
@@ -56,10 +62,15 @@ type ExecutionEvent struct {
 	// FailedNodes are the nodes that had failed for good when the event was claimed, for
 	// EventExecutionFailed. A Retry before the delivery does not change them.
 	FailedNodes []FailedNode `json:"failed_nodes,omitempty"`
+	// Reason is why the execution was canceled, for EventExecutionCanceled.
+	Reason string `json:"reason,omitempty"`
 	// IdempotencyKey is the same at every delivery of the event: receivers drop repeats by it.
 	IdempotencyKey string `json:"idempotency_key"`
 	// OccurredAt is when the event was claimed.
 	OccurredAt time.Time `json:"occurred_at"`
+	// Runtime is the runtime that delivers the event to a Go handler, for the handler to read
+	// the execution (Values, Load) or act on it with no package variable. Nil in a webhook's.
+	Runtime *Runtime `json:"-"`
 }
 
 // FailedNode is a node that failed for good, with the number of its last attempt and its error.
@@ -117,9 +128,9 @@ func validateWebhooks(hooks []Webhook) []error {
 			errs = append(errs, fmt.Errorf("%s.Secret is empty: set a secret to sign the requests with", field))
 		}
 		for _, e := range w.Events {
-			if e != EventExecutionFailed && e != EventExecutionCompleted {
-				errs = append(errs, fmt.Errorf("%s.Events: unknown event %q (use %q or %q)", field, e,
-					EventExecutionFailed, EventExecutionCompleted))
+			if !slices.Contains(events, e) {
+				errs = append(errs, fmt.Errorf("%s.Events: unknown event %q (use %q, %q or %q)", field, e,
+					EventExecutionFailed, EventExecutionCompleted, EventExecutionCanceled))
 			}
 		}
 	}
@@ -136,8 +147,11 @@ func (c Config) routes() []persistence.Route {
 	if c.OnExecutionCompleted != nil {
 		out = append(out, persistence.Route{Event: persistence.EventCompleted, Target: persistence.TargetHandler})
 	}
+	if c.OnExecutionCanceled != nil {
+		out = append(out, persistence.Route{Event: persistence.EventCanceled, Target: persistence.TargetHandler})
+	}
 	for _, w := range c.Webhooks {
-		for _, e := range []EventType{EventExecutionFailed, EventExecutionCompleted} {
+		for _, e := range events {
 			if w.wants(e) {
 				out = append(out, persistence.Route{Event: string(e), Target: w.URL})
 			}
@@ -154,7 +168,7 @@ func deliveryBackoff(attempts int) time.Duration {
 func toEvent(n *persistence.Notice) ExecutionEvent {
 	e := ExecutionEvent{
 		Type: EventType(n.Event), ExecutionID: n.ExecutionID, Graph: n.GraphName, Version: n.GraphVersion,
-		IdempotencyKey: n.IdempotencyKey, OccurredAt: n.ClaimedAt,
+		IdempotencyKey: n.IdempotencyKey, OccurredAt: n.ClaimedAt, Reason: deref(n.CancelReason),
 	}
 	for _, f := range n.FailedNodes {
 		e.FailedNodes = append(e.FailedNodes, FailedNode(f))
@@ -166,9 +180,13 @@ func toEvent(n *persistence.Notice) ExecutionEvent {
 func (r *Runtime) send(ctx context.Context, n *persistence.Notice) error {
 	e := toEvent(n)
 	if n.Target == persistence.TargetHandler {
+		e.Runtime = r
 		handler := r.cfg.OnExecutionFailed
-		if e.Type == EventExecutionCompleted {
+		switch e.Type {
+		case EventExecutionCompleted:
 			handler = r.cfg.OnExecutionCompleted
+		case EventExecutionCanceled:
+			handler = r.cfg.OnExecutionCanceled
 		}
 		if handler == nil {
 			return fmt.Errorf("no handler for %s on replica %s", e.Type, r.cfg.ReplicaID)

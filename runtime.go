@@ -347,6 +347,7 @@ func (r *Runtime) start(listen *pgx.Conn) {
 		Channel:     r.store.Channel(),
 		OnWork:      wake,
 		OnPromote:   func() { root.Send(r.dispatcher, actors.Promote{}) },
+		OnCancel:    func(id string) { root.Send(r.dispatcher, actors.CancelExecution{ID: id}) },
 		OnExecution: r.waiters.wake,
 		OnNotice:    func() { root.Send(r.delivery, actors.Wake{}) },
 		OnRequest:   func() { root.Send(r.sweeper, sweeper.Requests{}) },

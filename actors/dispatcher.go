@@ -61,6 +61,16 @@ type Wake struct{}
 // it promotes before it claims (persistence.PayloadPromote).
 type Promote struct{}
 
+// CancelExecution tells the dispatcher that an execution was canceled: its computations here end
+// as a lost claim does, their contexts canceled, and write nothing.
+type CancelExecution struct{ ID string }
+
+// runningAttempt is a computation actor, and its attempt's execution.
+type runningAttempt struct {
+	pid       *actor.PID
+	execution string
+}
+
 // StopClaiming makes the dispatcher stop claiming. It closes Drained once no computation runs on
 // this replica.
 type StopClaiming struct{ Drained chan<- struct{} }
@@ -112,7 +122,7 @@ type claimNow struct{}
 
 type dispatcher struct {
 	cfg     DispatcherConfig
-	running map[string]bool // the PIDs of the computation actors
+	running map[string]runningAttempt // the computation actors, by PID
 	// computing holds those of running whose function has not returned: each holds a worker.
 	// The others wait for their outcome to be recorded.
 	computing   map[string]bool
@@ -157,7 +167,7 @@ func NewDispatcher(cfg DispatcherConfig) *actor.Props {
 	env := &computationEnv{store: cfg.Store, replicaID: cfg.ReplicaID, logger: cfg.Logger, base: cfg.Base,
 		running: cfg.Running, orphaned: cfg.Orphaned, hooks: cfg.Hooks, maxValueBytes: cfg.MaxValueBytes, tel: telemetry.Or(cfg.Telemetry)}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &dispatcher{cfg: cfg, env: env, logger: logger, running: map[string]bool{}, computing: map[string]bool{}}
+		return &dispatcher{cfg: cfg, env: env, logger: logger, running: map[string]runningAttempt{}, computing: map[string]bool{}}
 	}, actor.WithSupervisor(stopStrategy))
 }
 
@@ -229,6 +239,12 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.paused = false
 		d.publish()
 		d.queueClaim(ctx)
+	case CancelExecution:
+		for _, r := range d.running {
+			if r.execution == msg.ID {
+				ctx.Send(r.pid, claimLost{reason: "execution canceled"})
+			}
+		}
 	case StopClaiming:
 		d.draining, d.drained = true, msg.Drained
 		d.publish()
@@ -311,7 +327,7 @@ func (d *dispatcher) runOnce(ctx actor.Context) ClaimResult {
 				d.env.tel.Claimed(cctx, g, c.Node, c.ClaimedAt.Sub(*c.AvailableAt))
 			}
 			pid := spawnComputation(ctx, d.env, c, g, n)
-			d.running[pid.Id], d.computing[pid.Id] = true, true
+			d.running[pid.Id], d.computing[pid.Id] = runningAttempt{pid, c.ExecutionID}, true
 		}
 	})
 	d.filled = len(claimed) == free
@@ -351,7 +367,7 @@ func (d *dispatcher) spawnLocal(ctx actor.Context, w localWork) {
 		}
 		d.env.tel.Claimed(context.Background(), g, c.Node, 0) // claimed as it was made
 		pid := spawnComputation(ctx, d.env, c, g, n)
-		d.running[pid.Id], d.computing[pid.Id] = true, true
+		d.running[pid.Id], d.computing[pid.Id] = runningAttempt{pid, c.ExecutionID}, true
 	}
 	// Each attempt counts among the running from its spawn on; its reservation counted until then.
 	d.cfg.Running.Add(-w.reserved)

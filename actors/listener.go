@@ -28,6 +28,8 @@ type ListenerConfig struct {
 	// OnExecution is called when a value or a node's outcome changed in an execution, with the
 	// execution's revision after the change, or -1 if the notification did not say.
 	OnExecution func(id string, revision int64)
+	// OnCancel, if set, is called when an execution was canceled.
+	OnCancel func(id string)
 	// OnNotice is called when a lifecycle notification was claimed.
 	OnNotice func()
 	// OnRequest, if set, is called when an operator's request was recorded.
@@ -128,6 +130,8 @@ func (l *listener) listen(ctx context.Context) error {
 			l.cfg.OnNotice()
 		case n.Payload == persistence.PayloadRequest && l.cfg.OnRequest != nil:
 			l.cfg.OnRequest()
+		case strings.HasPrefix(n.Payload, persistence.PayloadCancel) && l.cfg.OnCancel != nil:
+			l.cfg.OnCancel(strings.TrimPrefix(n.Payload, persistence.PayloadCancel))
 		case strings.HasPrefix(n.Payload, persistence.PayloadExecution):
 			for _, item := range strings.Split(strings.TrimPrefix(n.Payload, persistence.PayloadExecution), ",") {
 				id, rev := persistence.ParseChange(item)

@@ -9,8 +9,8 @@ import (
 // execution; a node is "provided" when vals.Has(name). What the runtime puts into vals decides
 // the finer points: a tick, for instance, is presented only once it is due.
 //
-// The gates of this package are built with Needs, And, Or, Not, Provided, IsTrue, IsFalse and
-// When, and they nest.
+// The gates of this package are built with Needs, And, Or, Not, Provided, IsTrue, IsFalse, When
+// and Failed, and they nest.
 type Gate interface {
 	// Holds reports whether the gate is satisfied by vals. It must not change vals, which may be
 	// the runtime's own.
@@ -333,6 +333,59 @@ func (g whenGate) check() []string {
 		return []string{fmt.Sprintf("when(%s) has a nil predicate", g.name)}
 	}
 	return nil
+}
+
+// failedGate holds while its node has failed for good.
+type failedGate struct{ name string }
+
+// Failed returns a gate that holds while the node has failed for good: its attempts are used up,
+// or it returned a Permanent error. A compensation node gated on it runs, with retries and
+// history, like any other node:
+//
+//	graph.Compute("restock", graph.Failed("charge"), giveStockBack)
+//
+// The gate stops holding when the failed node runs again (Retry, or new upstream values): the
+// compensation's value is then cleared, as any compute node's is when its gate stops holding,
+// and it runs again if the node fails for good again. The node must be one that runs: a
+// compute, mutate or tick node.
+func Failed(node string) Gate { return failedGate{name: node} }
+
+func (g failedGate) Holds(vals Values) bool { return vals.Failed(g.name) }
+
+func (g failedGate) Nodes() []string { return []string{g.name} }
+
+func (g failedGate) Unmet(vals Values) string {
+	if g.Holds(vals) {
+		return ""
+	}
+	return fmt.Sprintf("needs %q to fail", g.name)
+}
+
+func (g failedGate) String() string { return "failed(" + g.name + ")" }
+
+func (g failedGate) describe() string { return fmt.Sprintf("%q failed", g.name) }
+
+// failedNodes returns the nodes that the Failed gates in g name, through And, Or and Not.
+func failedNodes(g Gate) []string {
+	switch g := g.(type) {
+	case failedGate:
+		return []string{g.name}
+	case andGate:
+		return failedOf(g.gates)
+	case orGate:
+		return failedOf(g.gates)
+	case notGate:
+		return failedNodes(g.gate)
+	}
+	return nil
+}
+
+func failedOf(gates []Gate) []string {
+	var names []string
+	for _, g := range gates {
+		names = append(names, failedNodes(g)...)
+	}
+	return names
 }
 
 // nodesOf concatenates the Nodes of gates, skipping nil gates.

@@ -38,6 +38,17 @@ func TestGates(t *testing.T) {
 			},
 		},
 		{
+			name:  "failed",
+			gate:  Or(Failed("charge"), Needs("paid")),
+			str:   "or(failed(charge), needs(paid))",
+			nodes: []string{"charge", "paid"},
+			truths: []row{
+				{vals: nil, holds: false, wantUnmet: `one of: (needs "charge" to fail) or (needs "paid")`},
+				{vals: map[string]any{"charge": 10}, holds: false},
+				{vals: map[string]any{"paid": true}, holds: true},
+			},
+		},
+		{
 			name:  "needs nothing",
 			gate:  Needs(),
 			str:   "needs()",
@@ -209,6 +220,18 @@ func TestGates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Failed holds on a failure, with or without a value kept from an earlier success; Not(Failed)
+// says what it rejects.
+func TestFailedGate(t *testing.T) {
+	t.Parallel()
+	g := Failed("charge")
+	require.False(t, g.Holds(Values{"charge": {Raw: []byte(`1`)}}))
+	require.True(t, g.Holds(Values{"charge": {Failed: true, Error: "declined"}}))
+	require.True(t, g.Holds(Values{"charge": {Raw: []byte(`1`), Failed: true}}))
+	require.False(t, Values{"charge": {Failed: true}}.Has("charge"), "a failure is no value")
+	require.Equal(t, `not ("charge" failed)`, Not(g).Unmet(Values{"charge": {Failed: true}}))
 }
 
 func TestGateTreatsUnsetValueAsNotProvided(t *testing.T) {

@@ -53,3 +53,8 @@ func (k Kind) valid() bool {
 func (k Kind) isTick() bool {
 	return k == KindTickOnce || k == KindTickRecurring
 }
+
+// runs reports whether nodes of kind k run a function, and so can fail.
+func (k Kind) runs() bool {
+	return k == KindCompute || k == KindMutate || k.isTick()
+}

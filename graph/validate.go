@@ -165,6 +165,12 @@ func (v *validator) checkGate(i int, what string, gate Gate) {
 			report("%s names unknown node %q", what, name)
 		}
 	}
+	for _, name := range slices.Compact(slices.Sorted(slices.Values(failedNodes(gate)))) {
+		if j, ok := v.g.index[name]; ok && !v.g.nodes[j].kind.runs() {
+			report("%s: failed(%s) names %s node, which never fails; Failed takes a compute, mutate or tick node",
+				what, name, article(v.g.nodes[j].kind))
+		}
+	}
 }
 
 // optionApplies reports whether an option applies to nodes of kind k.
@@ -321,4 +327,12 @@ func validIDPrefix(p string) bool {
 		}
 	}
 	return true
+}
+
+// article renders a kind with its indefinite article: "an input", "a historian".
+func article(k Kind) string {
+	if s := k.String(); strings.ContainsRune("aeiou", rune(s[0])) {
+		return "an " + s
+	}
+	return "a " + k.String()
 }

@@ -96,6 +96,11 @@ func TestNewValidation(t *testing.T) {
 			want:  `graph "g": node "c": gate names unknown node "b"`,
 		},
 		{
+			name:  "failed names a node that never fails",
+			nodes: []Node{in("a"), comp("b", Needs("a")), comp("c", Or(Failed("b"), Not(Failed("a"))))},
+			want:  `graph "g": node "c": gate: failed(a) names an input node, which never fails; Failed takes a compute, mutate or tick node`,
+		},
+		{
 			name:  "nil gate inside and",
 			nodes: []Node{in("a"), comp("c", And(Needs("a"), nil))},
 			want:  `graph "g": node "c": gate: and() has a nil gate at position 2`,

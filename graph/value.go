@@ -18,6 +18,12 @@ type Value struct {
 	SetAt time.Time
 	// Metadata is the JSON metadata written with the value, if any.
 	Metadata json.RawMessage
+	// Failed is true while the node has failed for good: its newest attempt failed or was
+	// abandoned with no attempt left, or returned a Permanent error. Error is that attempt's error.
+	// A failed node keeps the value of an earlier success, if it had one, and has none otherwise:
+	// Failed does not make it provided. Gates and functions see it (the Failed gate); Get does not.
+	Failed bool   `json:",omitempty"`
+	Error  string `json:",omitempty"`
 }
 
 // IsSet reports whether the value is set, that is whether Raw is not nil. A JSON null that was
@@ -146,6 +152,9 @@ type Values map[string]Value
 // Has reports whether the node's value is present and set. This is what "provided" means to
 // gates.
 func (vs Values) Has(name string) bool { return vs[name].IsSet() }
+
+// Failed reports whether the node has failed for good; see Value.Failed.
+func (vs Values) Failed(name string) bool { return vs[name].Failed }
 
 // String returns the node's value as text; see Value.String.
 func (vs Values) String(name string) string { return vs[name].String() }

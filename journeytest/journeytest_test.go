@@ -334,3 +334,42 @@ func waitStarted(t *testing.T, started <-chan struct{}, node string) {
 		t.Fatalf("%s did not start within %v", node, journeytest.DefaultTimeout)
 	}
 }
+
+// A compensation gated on graph.Failed runs when its node fails for good, with the failure in its
+// values, and retries as any node does; journeytest requires both. A Retry that succeeds clears
+// the compensation's value, as a gate that stops holding does.
+func TestACompensationRunsOnFailure(t *testing.T) {
+	t.Parallel()
+	var declined, restocks atomic.Int64
+	declined.Store(1)
+	g := graph.MustNew("compensated", "v1", []graph.Node{
+		graph.Input("amount"),
+		graph.Compute("charge", graph.Needs("amount"), func(ctx context.Context, in graph.Values) (any, error) {
+			if declined.Load() == 1 {
+				return nil, graph.Permanent(errors.New("card declined"))
+			}
+			return "charged", nil
+		}),
+		graph.Compute("restock", graph.Failed("charge"), func(ctx context.Context, in graph.Values) (any, error) {
+			if restocks.Add(1) == 1 {
+				return nil, errors.New("warehouse busy") // retried
+			}
+			return "restocked after: " + in["charge"].Error, nil
+		}, graph.Backoff(func(int) time.Duration { return time.Minute })),
+	})
+	rt := journeytest.New(t, g)
+	ex, err := rt.Start(t.Context(), g, journey.WithValues(map[string]any{"amount": 10}))
+	require.NoError(t, err)
+	rt.WaitIdle(ex.ID)
+	rt.Advance(time.Minute)
+	rt.RequireFailed(ex.ID, "charge", errors.New("card declined"))
+	rt.RequireValue(ex.ID, "restock", "restocked after: card declined")
+	require.Equal(t, int64(2), restocks.Load())
+
+	declined.Store(0)
+	require.NoError(t, rt.Retry(t.Context(), ex.ID, "charge"))
+	rt.RequireValue(ex.ID, "charge", "charged")
+	_, err = rt.Get(t.Context(), ex.ID, "restock")
+	require.ErrorIs(t, err, journey.ErrNotSet, "the gate no longer holds: the compensation's value is cleared")
+	require.Equal(t, int64(2), restocks.Load())
+}

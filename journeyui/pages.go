@@ -297,7 +297,7 @@ func describe(req persistence.Request) string {
 	}
 }
 
-// act records an action on an execution (retry, archive, unarchive), waits a little for a
+// act records an action on an execution (retry, archive, unarchive, cancel), waits a little for a
 // replica to carry it out, and goes back to the execution's page.
 func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	id, action := r.PathValue("id"), r.PathValue("action")
@@ -310,11 +310,16 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Forbidden: the form's CSRF token is missing or stale: reload the page and try again.", http.StatusForbidden)
 		return
 	}
-	if action != persistence.ActionRetry && action != persistence.ActionArchive && action != persistence.ActionUnarchive {
+	arg := r.PostFormValue("node")
+	switch action {
+	case persistence.ActionRetry, persistence.ActionArchive, persistence.ActionUnarchive:
+	case persistence.ActionCancel:
+		arg = r.PostFormValue("reason")
+	default:
 		http.NotFound(w, r)
 		return
 	}
-	req, err := u.store.Ask(r.Context(), id, action, r.PostFormValue("node"))
+	req, err := u.store.Ask(r.Context(), id, action, arg)
 	if err != nil {
 		u.fail(w, r, err, back)
 		return

@@ -506,3 +506,44 @@ func TestInsightsPageInBrowser(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, get(t, ctx, chromedp.FullScreenshot(100)), 0o644))
 	}
 }
+
+// The execution page's Cancel button, with its reason and the page's CSRF token, cancels the
+// execution; the page then says why, and has no Cancel button; the failed list shows the node
+// that failed and its error, and the canceled list the reason.
+func TestCancelButton(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := serve(t, b.opts)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar}
+	get := func(path string) string {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(body)
+	}
+	require.Contains(t, get("/executions?state=failed"), "<code>charge</code>: card declined: insufficient funds")
+	page := "/executions/" + b.okID
+	require.Contains(t, get(page), `<button id="cancel">`)
+
+	form := url.Values{"csrf": {csrfOf(t, client, srv.URL+page)}, "reason": {"customer asked"}}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+page+"/cancel", strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := client.Do(req) // followed to the execution's page
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), `canceled: <span id="cancel-reason">customer asked</span>`)
+	require.Contains(t, string(body), `id="execution-state">canceled</span>`)
+	require.NotContains(t, string(body), `<button id="cancel">`)
+	require.Contains(t, get("/executions?state=canceled"), "customer asked")
+}

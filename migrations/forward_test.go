@@ -166,7 +166,7 @@ func requireAnswers(t *testing.T, rt *journey.Runtime, store *persistence.Store,
 			require.Equal(t, want.Summary, summary, "summary of %s", id)
 		}
 		if want.Page != nil {
-			require.JSONEq(t, string(want.Page), asJSON(fixture.ReadPage(ctx, store, id)), "execution page of %s", id)
+			require.JSONEq(t, string(want.Page), asRecorded(t, want.Page, asJSON(fixture.ReadPage(ctx, store, id))), "execution page of %s", id)
 		}
 	}
 	for _, l := range fx.Lists {
@@ -175,6 +175,29 @@ func requireAnswers(t *testing.T, rt *journey.Runtime, store *persistence.Store,
 	for _, in := range fx.Insights {
 		require.JSONEq(t, string(in.Answer), asJSON(upToDate(ctx, rt, in.Graph, in.Options)), "insights of %s, %+v", in.Graph, in.Options)
 	}
+}
+
+// asRecorded drops from got, an execution page, the fields of its execution that want, the page
+// an earlier release recorded, does not have: those that a later release added (failed_node and
+// failed_error, for one).
+func asRecorded(t *testing.T, want json.RawMessage, got string) string {
+	t.Helper()
+	var w struct {
+		Execution map[string]any `json:"execution"`
+	}
+	require.NoError(t, json.Unmarshal(want, &w))
+	var page map[string]any
+	require.NoError(t, json.Unmarshal([]byte(got), &page))
+	if exec, ok := page["execution"].(map[string]any); ok {
+		for field := range exec {
+			if _, recorded := w.Execution[field]; !recorded {
+				delete(exec, field)
+			}
+		}
+	}
+	b, err := json.Marshal(page)
+	require.NoError(t, err)
+	return string(b)
 }
 
 // upToDate reads the insights until the reading is up to date (Pending 0), as the fixture's

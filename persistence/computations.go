@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
@@ -152,9 +153,11 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 					[]any{lanes[i:j], ids[i:j], nodes[i:j], tokens[i:j], replicaID, s.clock.NowOrNil(), ranks[i:j]}, collect(&rows)},
 				// One row a value: arrays of them, aggregated by execution, were decoded by reflection,
 				// an allocation or more an element (8% of a drain's allocations).
-				step{s.q(`SELECT n.execution_id, n.node, n.value, n.metadata, n.value_rev, n.set_at FROM ` +
+				// A node that failed for good comes too, for Failed gates (graph.Value.Failed).
+				step{s.q(`SELECT n.execution_id, n.node, n.value, n.metadata, n.value_rev, n.set_at,
+					coalesce(n.state IN ('FAILED', 'ABANDONED'), false) AS failed, CASE WHEN n.state IN ('FAILED', 'ABANDONED') THEN n.error END AS error FROM ` +
 					executionKeys("$1", "$2") + ` k JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id
-				WHERE n.value_rev IS NOT NULL` + s.pinned("n", "$1")), []any{lanes[i:j], ids[i:j]}, collect(&values)})
+				WHERE (n.value_rev IS NOT NULL OR n.state IN ('FAILED', 'ABANDONED'))` + s.pinned("n", "$1")), []any{lanes[i:j], ids[i:j]}, collect(&values)})
 		}
 		return nil
 	})
@@ -179,14 +182,17 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 	return claimed, nil
 }
 
-// claimedValue is a value of a claimed computation's execution, as Claim reads it.
+// claimedValue is a value of a claimed computation's execution, as Claim reads it, or the
+// failure of a node that failed for good.
 type claimedValue struct {
-	ExecutionID string          `db:"execution_id"`
-	Node        string          `db:"node"`
-	Value       json.RawMessage `db:"value"`
-	Metadata    json.RawMessage `db:"metadata"`
-	ValueRev    int64           `db:"value_rev"`
-	SetAt       time.Time       `db:"set_at"`
+	ExecutionID string             `db:"execution_id"`
+	Node        string             `db:"node"`
+	Value       json.RawMessage    `db:"value"`
+	Metadata    json.RawMessage    `db:"metadata"`
+	ValueRev    pgtype.Int8        `db:"value_rev"`
+	SetAt       pgtype.Timestamptz `db:"set_at"`
+	Failed      bool               `db:"failed"`
+	Error       pgtype.Text        `db:"error"`
 }
 
 func (v *claimedValue) value() graph.Value {
@@ -194,7 +200,7 @@ func (v *claimedValue) value() graph.Value {
 	if string(meta) == "null" {
 		meta = nil
 	}
-	return graph.Value{Raw: v.Value, Revision: v.ValueRev, SetAt: v.SetAt, Metadata: meta}
+	return graph.Value{Raw: v.Value, Revision: v.ValueRev.Int64, SetAt: v.SetAt.Time, Metadata: meta, Failed: v.Failed, Error: v.Error.String}
 }
 
 // ClaimedValues returns the values of the execution of a computation returned by Claim, as they

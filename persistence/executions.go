@@ -605,6 +605,8 @@ type NodeState struct {
 	Latest *Computation
 	// Revision is the execution's revision when it was read, before the value and the attempt.
 	Revision int64
+	// Canceled: the execution is canceled, and nothing of it runs again.
+	Canceled bool
 }
 
 // Failed reports whether the node has failed for good (see Failure), with nothing pending.
@@ -639,7 +641,8 @@ func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []
 	err := withPgx(ctx, s.db, func(pg *pgx.Conn) error {
 		rows, err := pg.Query(ctx, s.q(`SELECT l.ord, e.graph_name, e.graph_version,
 				greatest(e.revision, (SELECT max(m.rev) FROM {s}.nodes m WHERE m.lane = e.lane AND m.execution_id = e.id`+s.pinned("m", "$1")+`)),
-				n.value, n.metadata, n.value_rev, n.set_at, n.attempt_id, n.state, n.attempt, n.max_attempts, n.error
+				n.value, n.metadata, n.value_rev, n.set_at, n.attempt_id, n.state, n.attempt, n.max_attempts, n.error,
+				e.canceled_at IS NOT NULL
 			FROM unnest($1::smallint[], $2::text[], $3::text[]) WITH ORDINALITY AS l(lane, id, node, ord)
 			JOIN {s}.executions e ON e.lane = l.lane AND e.id = l.id`+s.pinned("e", "$1")+`
 			LEFT JOIN {s}.nodes n ON n.lane = e.lane AND n.execution_id = e.id AND n.node = l.node`+s.pinned("n", "$1")), lanes, ids, nodes)
@@ -660,7 +663,7 @@ func (s *Store) NodeStates(ctx context.Context, refs []NodeRef) ([]NodeState, []
 				attempt, most *int
 			)
 			if err := rows.Scan(&ord, &name, &version, &ns.Revision,
-				&raw, &meta, &valueRev, &setAt, &attemptID, &state, &attempt, &most, &errMsg); err != nil {
+				&raw, &meta, &valueRev, &setAt, &attemptID, &state, &attempt, &most, &errMsg, &ns.Canceled); err != nil {
 				return err
 			}
 			i := ord - 1

@@ -15,6 +15,8 @@ import (
 const (
 	// ExecArchived: the execution is archived.
 	ExecArchived = "archived"
+	// ExecCanceled: the execution is canceled (Cancel).
+	ExecCanceled = "canceled"
 	// ExecFailed: a node has failed for good (see Failure), and no Retry has followed.
 	ExecFailed = "failed"
 	// ExecRunning: a computation is running.
@@ -28,10 +30,11 @@ const (
 )
 
 // ExecStates are the states of an execution, in the order in which they apply.
-var ExecStates = []string{ExecArchived, ExecFailed, ExecRunning, ExecWaiting, ExecCompleted, ExecIdle}
+var ExecStates = []string{ExecArchived, ExecCanceled, ExecFailed, ExecRunning, ExecWaiting, ExecCompleted, ExecIdle}
 
 // stateExpr computes the state of execution e. Each test is an index lookup on the execution.
 const stateExpr = `CASE WHEN e.archived_at IS NOT NULL THEN 'archived'
+	WHEN e.canceled_at IS NOT NULL THEN 'canceled'
 	WHEN EXISTS (SELECT 1 FROM {s}.notification_claims n
 		WHERE n.lane = e.lane AND n.execution_id = e.id AND n.event = 'execution.failed' AND n.phase = e.failure_phase) THEN 'failed'
 	WHEN EXISTS (SELECT 1 FROM {s}.nodes c WHERE c.lane = e.lane AND c.execution_id = e.id AND c.state = 'RUNNING') THEN 'running'
@@ -185,6 +188,30 @@ type ExecutionRow struct {
 	CreatedAt  time.Time  `bun:"created_at" json:"created_at"`
 	UpdatedAt  time.Time  `bun:"updated_at" json:"updated_at"`
 	ArchivedAt *time.Time `bun:"archived_at" json:"archived_at,omitempty"`
+	// CancelReason is why the execution was canceled, if it was.
+	CancelReason *string `bun:"cancel_reason" json:"cancel_reason,omitempty"`
+	// FailedNode, in the failed state, is the node that failed for good first, and FailedError
+	// the first line of its error.
+	FailedNode  string `bun:"failed_node" json:"failed_node,omitempty"`
+	FailedError string `bun:"failed_error" json:"failed_error,omitempty"`
+}
+
+// rowColumns are the columns of an ExecutionRow but its state, read from a row e of executions:
+// the node that failed for good first, if any, and the first line of its error (see tidy).
+const rowColumns = `e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at,
+	e.cancel_reason, coalesce((SELECT n.node FROM {s}.nodes n WHERE n.lane = e.lane AND n.execution_id = e.id
+		AND n.state IN ('FAILED', 'ABANDONED') ORDER BY n.finished_at, n.node LIMIT 1), '') AS failed_node,
+	coalesce((SELECT split_part(n.error, E'\n', 1) FROM {s}.nodes n WHERE n.lane = e.lane AND n.execution_id = e.id
+		AND n.state IN ('FAILED', 'ABANDONED') ORDER BY n.finished_at, n.node LIMIT 1), '') AS failed_error`
+
+// tidy keeps the failed node of rows in the failed state only: after a Retry, or in an execution
+// canceled or archived, it is not why the execution stopped.
+func tidy(rows []ExecutionRow) {
+	for i := range rows {
+		if rows[i].State != ExecFailed {
+			rows[i].FailedNode, rows[i].FailedError = "", ""
+		}
+	}
 }
 
 // Cursor is where a page of executions ends: the next page starts after it. Its text form is
@@ -261,24 +288,9 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 		limit = 50
 	}
 	from, args, err := s.where(ListQuery{Graph: f.Graph, Version: f.Version, Key: f.Key, Filters: f.Where,
-		IncludeArchived: f.Archived || f.State == ExecArchived})
+		IncludeArchived: f.Archived, State: f.State})
 	if err != nil {
 		return nil, err
-	}
-	switch {
-	case f.State == "":
-	case f.State == ExecArchived:
-		from += " AND e.archived_at IS NOT NULL"
-	case f.State == ExecIdle:
-		from += " AND (" + stateExpr + ") = 'idle'"
-	case s.citus: // a join on the distribution column, which Citus sends to each shard
-		from += " AND (e.lane, e.id) IN (" + strings.Replace(candidates[f.State], "execution_id", "lane, execution_id", 1) + ")"
-	default:
-		from += " AND e.id IN (" + candidates[f.State] + ")"
-	}
-	if _, ok := candidates[f.State]; ok {
-		from += " AND (" + stateExpr + ") = ?"
-		args = append(args, f.State)
 	}
 	if f.After != nil {
 		from += " AND (e.created_at, e.id) < (?, ?)"
@@ -288,18 +300,18 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 	// planner looks each one up by the execution's id.
 	// Citus cannot join a page, which it gathers on the coordinator, with the tables: there, the
 	// state of each row is computed on its shard, and the shards' pages are merged.
-	query := "SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at, " +
-		stateExpr + " AS state FROM (SELECT " + s.executionRead("e", "") + " FROM (SELECT " + cols("e", executionColumns) + from +
-		" ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e) e ORDER BY e.created_at DESC, e.id DESC"
+	query := "SELECT " + rowColumns + ", " + stateExpr + " AS state FROM (SELECT " + s.executionRead("e", "") + " FROM (SELECT " +
+		cols("e", executionColumns) + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e) e ORDER BY e.created_at DESC, e.id DESC"
 	if s.citus {
-		query = "SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at, e.state FROM (SELECT " +
-			s.executionRead("e", "") + ", " + stateExpr + " AS state" + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e ORDER BY e.created_at DESC, e.id DESC"
+		query = "SELECT * FROM (SELECT " + rowColumns + ", " + stateExpr + " AS state FROM (SELECT " + s.executionRead("e", "") + from +
+			") e ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e ORDER BY e.created_at DESC, e.id DESC"
 	}
 	args = append(args, limit+1)
 	var rows []ExecutionRow
 	if err := s.db.NewRaw(s.q(query), args...).Scan(ctx, &rows); err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing executions: %w", err)
 	}
+	tidy(rows)
 	page := &ExecutionPage{Executions: rows}
 	if len(rows) > limit {
 		page.Executions = rows[:limit]
@@ -310,6 +322,27 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 		page.Executions = []ExecutionRow{}
 	}
 	return page, nil
+}
+
+// stateClause is the condition that keeps the executions e in state, from its candidates (a
+// partial index), and its arguments.
+func (s *Store) stateClause(state string) (string, []any) {
+	var from string
+	switch {
+	case state == "":
+		return "", nil
+	case state == ExecArchived:
+		return " AND e.archived_at IS NOT NULL", nil
+	case state == ExecIdle:
+		return " AND (" + stateExpr + ") = 'idle'", nil
+	case state == ExecCanceled: // executions_canceled_idx
+		return " AND e.canceled_at IS NOT NULL AND e.archived_at IS NULL", nil
+	case s.citus: // a join on the distribution column, which Citus sends to each shard
+		from = " AND (e.lane, e.id) IN (" + strings.Replace(candidates[state], "execution_id", "lane, execution_id", 1) + ")"
+	default:
+		from = " AND e.id IN (" + candidates[state] + ")"
+	}
+	return from + " AND (" + stateExpr + ") = ?", []any{state}
 }
 
 // checkFilter reports what in f names nothing that exists.
@@ -411,15 +444,15 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 	d := &ExecutionDetail{}
 	var rows []ExecutionRow
 	lane := LaneOf(id)
-	err := s.db.NewRaw(s.q(`SELECT e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at,
-		e.archived_at, `+stateExpr+` AS state FROM (SELECT `+s.executionRead("e", "")+` FROM {s}.executions e
-		WHERE e.lane = ? AND e.id = ?) e`), lane, id).Scan(ctx, &rows)
+	err := s.db.NewRaw(s.q(`SELECT `+rowColumns+`, `+stateExpr+` AS state FROM (SELECT `+s.executionRead("e", "")+`
+		FROM {s}.executions e WHERE e.lane = ? AND e.id = ?) e`), lane, id).Scan(ctx, &rows)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("loading execution %s: %w", id, err)
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
+	tidy(rows)
 	d.Execution = rows[0]
 	if d.Graph, err = s.LoadGraphVersion(ctx, d.Execution.Graph, d.Execution.Version); err != nil {
 		d.Graph = nil // older replicas did not record it: show the rest

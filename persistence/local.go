@@ -125,7 +125,7 @@ func (s *Store) handOver(t *txn, committed bool) {
 	var cs []*Computation
 	for _, st := range t.claiming {
 		for _, c := range st.claimed {
-			c.claimed, c.claimedOwn = st.values, len(st.claimed) == 1
+			c.claimed, c.claimedOwn = st.withFailures(st.values), len(st.claimed) == 1
 			cs = append(cs, c)
 		}
 	}

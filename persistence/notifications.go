@@ -13,6 +13,7 @@ import (
 const (
 	EventFailed    = "execution.failed"
 	EventCompleted = "execution.completed"
+	EventCanceled  = "execution.canceled"
 )
 
 // Delivery states.
@@ -61,6 +62,8 @@ type Notice struct {
 	GraphVersion   string    `bun:"graph_version"`
 	// FailedNodes are the nodes that had failed for good when the failure was claimed.
 	FailedNodes []FailedNode `bun:"failed_nodes"`
+	// CancelReason is the reason of a canceled execution.
+	CancelReason *string `bun:"cancel_reason"`
 }
 
 // DeliverySlack is how much longer than its send a delivery's transaction may last.
@@ -116,11 +119,11 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		var notices []*Notice
 		for _, lane := range lanes {
 			err = tx.NewRaw(s.q(`SELECT d.id, d.lane, d.idempotency_key, d.target, d.attempts, d.created_at,
-				c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes, e.graph_name, e.graph_version
+				c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes, e.graph_name, e.graph_version, e.cancel_reason
 			FROM {s}.notification_deliveries d
 			CROSS JOIN LATERAL (SELECT c.execution_id, c.event, c.phase, c.claimed_at, c.failed_nodes FROM {s}.notification_claims c
 				WHERE c.lane = d.lane AND c.idempotency_key = d.idempotency_key`+lanePin("c", lane)+` LIMIT 1) c
-			CROSS JOIN LATERAL (SELECT e.graph_name, e.graph_version FROM {s}.executions e
+			CROSS JOIN LATERAL (SELECT e.graph_name, e.graph_version, e.cancel_reason FROM {s}.executions e
 				WHERE e.lane = d.lane AND e.id = c.execution_id`+lanePin("e", lane)+` LIMIT 1) e
 			WHERE d.state = 'PENDING' AND d.next_attempt_at <= ? AND c.event || ' ' || d.target IN (?)`+lanePin("d", lane)+`
 			ORDER BY d.next_attempt_at, d.id

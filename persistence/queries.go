@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,9 @@ import (
 
 // ErrNotFailed means Retry was asked for a node that has not failed.
 var ErrNotFailed = errors.New("journey: node has not failed")
+
+// ErrCanceled means the execution is canceled (Cancel).
+var ErrCanceled = errors.New("journey: execution canceled")
 
 // SetArchived archives or unarchives an execution. Archived executions are left out of listings
 // and loads; their waiting attempts are canceled, and revived by Unarchive, which fails with
@@ -29,6 +33,25 @@ func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error
 		}
 	}
 	return err
+}
+
+// Cancel cancels an execution for reason (see execState.cancel), and announces it to the replicas
+// that run its attempts (PayloadCancel). Canceling a canceled execution changes nothing.
+func (s *Store) Cancel(ctx context.Context, id, reason string) error {
+	if err := CheckText("reason", reason); err != nil {
+		return err
+	}
+	return s.write(ctx, id, nil, func(_ context.Context, t *txn, st *execState) error {
+		t.cancel(st, reason)
+		return nil
+	})
+}
+
+// cancel cancels st for reason, and has t announce it.
+func (t *txn) cancel(st *execState, reason string) {
+	if st.cancel(reason) {
+		t.notes = append(t.notes, PayloadCancel+st.exec.ID)
+	}
 }
 
 // Retry gives a node that failed for good a fresh budget: a new first attempt.
@@ -167,6 +190,7 @@ type ListQuery struct {
 	Desc            bool
 	Limit, Offset   int
 	IncludeArchived bool
+	State           string // one of ExecStates; ExecArchived implies IncludeArchived
 }
 
 // Columns that ListQuery.OrderBy may name.
@@ -213,9 +237,18 @@ func (s *Store) where(q ListQuery) (string, []any, error) {
 		b.WriteString(" AND e.graph_version = ?")
 		args = append(args, q.Version)
 	}
+	if q.State != "" && !slices.Contains(ExecStates, q.State) {
+		return "", nil, fmt.Errorf("%w: unknown state %q: use one of %s", ErrBadRequest, q.State, strings.Join(ExecStates, ", "))
+	}
+	if q.State == ExecArchived {
+		q.IncludeArchived = true
+	}
 	if !q.IncludeArchived {
 		b.WriteString(" AND e.archived_at IS NULL")
 	}
+	state, stateArgs := s.stateClause(q.State)
+	b.WriteString(s.q(state))
+	args = append(args, stateArgs...)
 	switch {
 	case q.Key != "" && q.IncludeArchived:
 		// Spelled out, the OR lets the planner read executions_key_idx for the unarchived and

@@ -14,6 +14,7 @@ const (
 	ActionRetry     = "retry"
 	ActionArchive   = "archive"
 	ActionUnarchive = "unarchive"
+	ActionCancel    = "cancel"
 )
 
 // PayloadRequest is the NOTIFY payload that announces a new request to the replicas.
@@ -22,12 +23,14 @@ const PayloadRequest = "r"
 // Request is a row of the requests table: an action asked for from outside the runtime, which a
 // replica serving the execution's graph carries out.
 type Request struct {
-	ID          int64      `bun:"id" json:"id"`
-	Lane        int16      `bun:"lane" json:"-"`
-	ExecutionID string     `bun:"execution_id" json:"execution_id"`
-	GraphKey    string     `bun:"graph_key" json:"graph"`
-	Action      string     `bun:"action" json:"action"`
-	Node        *string    `bun:"node" json:"node,omitempty"`
+	ID          int64   `bun:"id" json:"id"`
+	Lane        int16   `bun:"lane" json:"-"`
+	ExecutionID string  `bun:"execution_id" json:"execution_id"`
+	GraphKey    string  `bun:"graph_key" json:"graph"`
+	Action      string  `bun:"action" json:"action"`
+	Node        *string `bun:"node" json:"node,omitempty"`
+	// Reason is a cancel's.
+	Reason      *string    `bun:"reason" json:"reason,omitempty"`
 	RequestedAt time.Time  `bun:"requested_at" json:"requested_at"`
 	DoneAt      *time.Time `bun:"done_at" json:"done_at,omitempty"`
 	// ReplicaID is the replica that carried it out.
@@ -39,34 +42,41 @@ type Request struct {
 // ErrBadRequest means a request was refused: the action does not apply to the execution as it is.
 var ErrBadRequest = errors.New("journey: request refused")
 
-// Ask records a request for action on execution id (node is for a retry only) and announces it,
-// without the graph's Go code: it checks what the database can tell, that the execution exists,
-// that its graph version is recorded, and, for a retry, that the node exists and has failed for
-// good. A replica that serves the graph carries it out (see CarryOut).
-func (s *Store) Ask(ctx context.Context, id, action, node string) (*Request, error) {
-	if err := CheckText("node", node); err != nil {
+// Ask records a request for action on execution id and announces it, without the graph's Go
+// code: arg is the node of a retry, the reason of a cancel, and "" otherwise. It checks what the
+// database can tell, that the execution exists, that its graph version is recorded, and, for a
+// retry, that the node exists and has failed for good. A replica that serves the graph carries it
+// out (see CarryOut).
+func (s *Store) Ask(ctx context.Context, id, action, arg string) (*Request, error) {
+	what := "node"
+	if action == ActionCancel {
+		what = "reason"
+	}
+	if err := CheckText(what, arg); err != nil {
 		return nil, err
 	}
 	exec, err := s.LoadExecution(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	var nodeArg *string
+	var nodeArg, reasonArg *string
 	switch action {
 	case ActionArchive, ActionUnarchive:
+	case ActionCancel:
+		reasonArg = &arg
 	case ActionRetry:
-		if err := s.checkRetry(ctx, exec, node); err != nil {
+		if err := s.checkRetry(ctx, exec, arg); err != nil {
 			return nil, err
 		}
-		nodeArg = &node
+		nodeArg = &arg
 	default:
-		return nil, fmt.Errorf("%w: unknown action %q: use retry, archive or unarchive", ErrBadRequest, action)
+		return nil, fmt.Errorf("%w: unknown action %q: use retry, archive, unarchive or cancel", ErrBadRequest, action)
 	}
 	req := new(Request)
 	err = s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		err := tx.NewRaw(s.q(`INSERT INTO {s}.requests (lane, execution_id, graph_key, action, node, requested_at)
-			SELECT ?, ?, ?, ?, ?, coalesce(?::timestamptz, now()) RETURNING `+cols("", requestColumns)),
-			exec.Lane, id, GraphKey(exec.GraphName, exec.GraphVersion), action, nodeArg, s.clock.NowOrNil()).Scan(ctx, req)
+		err := tx.NewRaw(s.q(`INSERT INTO {s}.requests (lane, execution_id, graph_key, action, node, reason, requested_at)
+			SELECT ?, ?, ?, ?, ?, ?, coalesce(?::timestamptz, now()) RETURNING `+cols("", requestColumns)),
+			exec.Lane, id, GraphKey(exec.GraphName, exec.GraphVersion), action, nodeArg, reasonArg, s.clock.NowOrNil()).Scan(ctx, req)
 		if err != nil {
 			return fmt.Errorf("recording the request: %w", err)
 		}
@@ -178,6 +188,8 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 			err = st.retry(deref(req.Node))
 		case ActionArchive, ActionUnarchive:
 			err = st.archive(req.Action == ActionArchive)
+		case ActionCancel:
+			tx.cancel(st, deref(req.Reason))
 		default:
 			err = fmt.Errorf("%w: unknown action %q", ErrBadRequest, req.Action)
 		}
@@ -196,7 +208,8 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 		return true, nil
 	case errors.Is(err, errTaken):
 		return false, nil
-	case errors.Is(err, ErrNotFailed), errors.Is(err, ErrUnknownNode), errors.Is(err, ErrBadRequest), errors.Is(err, ErrKeyHeld):
+	case errors.Is(err, ErrNotFailed), errors.Is(err, ErrUnknownNode), errors.Is(err, ErrBadRequest), errors.Is(err, ErrKeyHeld),
+		errors.Is(err, ErrCanceled):
 		reason := err.Error()
 		return true, markDone(ctx, s.db, &reason)
 	default:

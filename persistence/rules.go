@@ -63,14 +63,19 @@ func (st *execState) setValues(set Setting) (int64, error) {
 // An archived execution gets no new computations; Unarchive advances it again. A gate that panics
 // fails its node, and the others advance as usual.
 func (st *execState) advance() error {
+	if st.exec.CanceledAt != nil {
+		return nil // nothing new: values may still be set, and recorded
+	}
 	for again := true; again; {
 		again = false
-		due := st.dueView()
+		due, all := st.withFailures(st.dueView()), st.withFailures(st.values)
 		for n := range st.g.InOrder() {
-			changed, err := st.advanceNode(n, due)
+			changed, err := st.advanceNode(n, due, all)
 			if err != nil {
 				if panicked := (*gatePanic)(nil); errors.As(err, &panicked) {
+					before := st.latest[n.Name()]
 					err = st.failNode(n, panicked.err)
+					changed = st.latest[n.Name()] != before // a Failed gate may hold now
 				}
 				if err != nil {
 					return err
@@ -88,7 +93,8 @@ type gatePanic struct{ err error }
 func (p *gatePanic) Error() string { return p.err.Error() }
 
 // advanceNode advances one node, and reports whether it changed a value that other gates read.
-func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
+// due and all are the two views of the values (see advance).
+func (st *execState) advanceNode(n graph.Node, due, all graph.Values) (bool, error) {
 	name := n.Name()
 	gate := func(vals graph.Values) (bool, error) {
 		ok, err := holds(n, vals)
@@ -112,7 +118,7 @@ func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
 		st.archiveByNode(name)
 		return true, nil
 	}
-	if ok, err := gate(st.values); !ok {
+	if ok, err := gate(all); !ok {
 		if err != nil || !clearable(n) || !st.values.Has(name) {
 			return false, err
 		}
@@ -145,14 +151,15 @@ func (st *execState) advanceNode(n graph.Node, due graph.Values) (bool, error) {
 			return false, nil
 		}
 	}
-	if _, err := st.insertComputation(n, 1, signature(Signature(n, due)), 0); err != nil {
+	c, err := st.insertComputation(n, 1, signature(Signature(n, due)), 0)
+	if err != nil {
 		return false, err
 	}
 	if st.made == nil {
 		st.made = map[string]bool{}
 	}
 	st.made[name] = true
-	return false, nil
+	return c.failedForGood(), nil // a Failed gate may hold now
 }
 
 // failNode records that a node failed for good without running: its gate panicked. It does so
@@ -270,7 +277,10 @@ func (st *execState) recordOne(o Outcome) error {
 		msg := storable(o.Err.Error())
 		c.Error = &msg
 		st.attemptChanged(c)
-		return st.afterFailure(c, o.Err, graph.IsPermanent(o.Err))
+		if err := st.afterFailure(c, o.Err, graph.IsPermanent(o.Err)); err != nil {
+			return err
+		}
+		return st.advance() // a Failed gate may hold now
 	}
 	c.State = StateSuccess
 	if o.Used != nil {
@@ -279,7 +289,7 @@ func (st *execState) recordOne(o Outcome) error {
 	st.attemptChanged(c)
 	st.forgetUndueTicks(c)
 	n, _ := st.g.Node(c.Node)
-	ok, err := holds(n, st.values)
+	ok, err := holds(n, st.withFailures(st.values))
 	switch {
 	case err != nil:
 		st.gatePanicked(c, err)
@@ -351,7 +361,7 @@ func (st *execState) afterFailure(c *Computation, cause error, permanent bool) e
 	if !ok {
 		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), c.Node)
 	}
-	ok, err := holds(n, st.values)
+	ok, err := holds(n, st.withFailures(st.values))
 	switch {
 	case err != nil:
 		st.gatePanicked(c, err)
@@ -422,8 +432,12 @@ func (st *execState) abandon(c *Computation, reason string) error {
 	// its run_at, and it waited its turn once already. Behind a backlog, a retry at the back of
 	// the queue would wait for all of it a second time, after a replica's death.
 	st.requeueAt = &c.RunAt
-	defer func() { st.requeueAt = nil }()
-	return st.afterFailure(c, fmt.Errorf("%s: %w", reason, errAbandoned), false)
+	err := st.afterFailure(c, fmt.Errorf("%s: %w", reason, errAbandoned), false)
+	st.requeueAt = nil
+	if err != nil {
+		return err
+	}
+	return st.advance() // a Failed gate may hold now
 }
 
 // archive archives or unarchives the execution st. Archiving cancels its PENDING and AVAILABLE
@@ -470,12 +484,38 @@ func (st *execState) setArchived(archived bool) {
 	}
 }
 
+// cancel cancels the execution for reason: its waiting and running attempts end CANCELED, which
+// frees their slots and fences out the running ones' outcomes; nothing new is made (advance), and
+// the canceled event is claimed. It reports whether it canceled: a canceled execution stays as it is.
+func (st *execState) cancel(reason string) bool {
+	if st.exec.CanceledAt != nil {
+		return false
+	}
+	reason = storable(reason)
+	st.revision++
+	st.changed, st.cold = true, true
+	st.exec.CanceledAt, st.exec.CancelReason = &st.now, &reason
+	why := storable("canceled: " + reason)
+	for _, name := range slices.Sorted(maps.Keys(st.latest)) {
+		if c := st.latest[name]; c.active() {
+			st.promote = st.promote || c.gated()
+			c.State, c.Error, c.FinishedAt = StateCanceled, &why, &st.now
+			st.attemptChanged(c)
+		}
+	}
+	st.claimEvent(EventCanceled)
+	return true
+}
+
 // retry gives node of the execution st, which has failed for good, a new first attempt, and
 // re-arms the failure notification.
 func (st *execState) retry(node string) error {
 	n, ok := st.g.Node(node)
 	if !ok {
 		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, st.g.Name(), node)
+	}
+	if st.exec.CanceledAt != nil {
+		return fmt.Errorf("%w: execution %s is canceled; nothing of it runs again", ErrCanceled, st.exec.ID)
 	}
 	latest := st.latest[node]
 	if latest == nil || !latest.failedForGood() {
@@ -489,7 +529,7 @@ func (st *execState) retry(node string) error {
 	// A new failure phase: a later failure is notified again.
 	st.exec.FailurePhase++
 	st.cold = true
-	return nil
+	return st.advance() // a Failed gate on the node no longer holds
 }
 
 // tickDue reports whether a tick node has a value whose time has come.
@@ -515,6 +555,27 @@ func (st *execState) dueView() graph.Values {
 		return st.values
 	}
 	return due
+}
+
+// withFailures returns vals as gates and functions see them: each node that has failed for good
+// is marked Failed, with its error (see graph.Value.Failed). It is vals itself when none has.
+func (st *execState) withFailures(vals graph.Values) graph.Values {
+	var out graph.Values
+	for name, c := range st.latest {
+		if !c.failedForGood() {
+			continue
+		}
+		if out == nil {
+			out = maps.Clone(vals)
+		}
+		v := out[name]
+		v.Failed, v.Error = true, deref(c.Error)
+		out[name] = v
+	}
+	if out == nil {
+		return vals
+	}
+	return out
 }
 
 // nextWake is the earliest time a tick of the execution comes due, nil if none is waiting.
@@ -622,7 +683,7 @@ func (st *execState) claimEvent(event string) {
 // nothing is pending or running.
 func (st *execState) claimCompletion() {
 	gate := st.g.CompletesWhen()
-	if gate == nil || !gate.Holds(st.dueView()) {
+	if gate == nil || st.exec.CanceledAt != nil || !gate.Holds(st.withFailures(st.dueView())) {
 		return
 	}
 	for _, c := range st.latest {

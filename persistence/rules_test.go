@@ -204,6 +204,52 @@ func TestRuleRetryThenFail(t *testing.T) {
 	require.Equal(t, "boom again", *st.latest["n"].Error)
 }
 
+// A compensation gated on Failed runs once its node fails for good, and sees the failure; a
+// Retry clears its value, as a gate that stops holding does; a second failure runs it again.
+func TestRuleFailedGatesACompensation(t *testing.T) {
+	var seen graph.Values
+	g := graph.MustNew("compensate", "v1", []graph.Node{
+		graph.Input("x"),
+		graph.Compute("charge", graph.Needs("x"), noop, graph.MaxAttempts(1)),
+		graph.Compute("restock", graph.Failed("charge"), noop),
+		graph.Compute("watch", graph.When("charge", func(v graph.Value) bool { seen = graph.Values{"charge": v}; return false }), noop),
+	})
+	st := loaded(t, g, `x=1@1`, `charge RUNNING#1{x:1}/t1`)
+	require.NoError(t, st.recordOne(Outcome{C: st.latest["charge"], Err: errors.New("card declined")}))
+	require.Equal(t, []string{
+		`row charge @3 FAILED#1{"x":1}`,
+		`row restock @3 AVAILABLE#1{}`,
+		`claim ` + EventFailed,
+	}, plan(st))
+	require.Equal(t, graph.Value{Failed: true, Error: "card declined"}, seen["charge"], "gates see the failure")
+	require.False(t, st.values.Has("charge"), "and it is no value")
+
+	// The compensation's value stays: its gate holds, and it ran with what it reads.
+	st = loaded(t, g, `x=1@1`, `charge FAILED#1{x:1}`, `restock RUNNING#1/t2`)
+	require.NoError(t, st.recordOne(Outcome{C: st.latest["restock"], Result: json.RawMessage(`"restocked"`), Used: map[string]int64{}}))
+	require.Equal(t, []string{`row restock @3 ="restocked"@3 SUCCESS#1{}`}, plan(st))
+
+	// Retry: the gate stops holding, the value is cleared.
+	st = loaded(t, g, `x=1@1`, `charge FAILED#1{x:1}`, `restock="restocked"@3 SUCCESS#1`)
+	require.NoError(t, st.retry("charge"))
+	require.Equal(t, []string{
+		`row charge @4 AVAILABLE#1{"x":1}`,
+		`row restock @5 SUCCESS#1{}`,
+		`history restock ="restocked"@3`, `history restock =@5`,
+		`replaced charge FAILED#1`,
+	}, plan(st))
+
+	// It fails again: the compensation runs again.
+	st = loaded(t, g, `x=1@1`, `charge RUNNING#1{x:1}/t3`, `restock SUCCESS#1`)
+	require.NoError(t, st.recordOne(Outcome{C: st.latest["charge"], Err: graph.Permanent(errors.New("card declined again"))}))
+	require.Equal(t, []string{
+		`row charge @3 FAILED#1{"x":1}`,
+		`row restock @3 AVAILABLE#1{}`,
+		`replaced restock SUCCESS#1`,
+		`claim ` + EventFailed,
+	}, plan(st))
+}
+
 // An upstream value cleared clears what was computed from it, each clearing in the history at a
 // revision of its own, and the node that read it has no attempt left to run.
 func TestRuleUnsetClearsDownstream(t *testing.T) {
@@ -336,14 +382,16 @@ func TestComputedWithComparesWithoutMakingTheSignature(t *testing.T) { // not pa
 		graph.Compute("d", graph.Or(graph.Needs("a"), graph.Needs("b")), noop),
 	})
 	d, _ := g.Node("d")
-	vals := graph.Values{"a": {Revision: 5}, "b": {Revision: 7}, "c": {Revision: 9}}
+	at := func(rev int64) graph.Value { return graph.Value{Raw: json.RawMessage(`1`), Revision: rev} }
+	vals := graph.Values{"a": at(5), "b": at(7), "c": at(9)}
 	for _, s := range []string{`{"a":5,"b":7}`, `{"b": 7, "a": 5}`, `{"a":5}`, `{"a":5,"b":6}`, `{"a":5,"b":7,"c":9}`,
 		`{}`, `{"a":5,"c":7}`, `{"a\"": 5}`, `{"a":5,"b":7.0}`} {
 		require.Equal(t, sameSignature(s, Signature(d, vals)), computedWith(s, d, vals), s)
 	}
 	require.True(t, computedWith(`{"a":5,"b":7}`, d, vals))
-	require.False(t, computedWith(`{"a":5,"b":7}`, d, graph.Values{"a": {Revision: 5}}), "b has no value now")
-	require.True(t, computedWith(`{"a":5}`, d, graph.Values{"a": {Revision: 5}, "c": {Revision: 1}}), "c is not upstream")
+	require.False(t, computedWith(`{"a":5,"b":7}`, d, graph.Values{"a": at(5)}), "b has no value now")
+	require.False(t, computedWith(`{"a":5,"b":7}`, d, graph.Values{"a": at(5), "b": {Revision: 7, Failed: true}}), "b failed, with no value")
+	require.True(t, computedWith(`{"a":5}`, d, graph.Values{"a": at(5), "b": {Failed: true}, "c": at(1)}), "c is not upstream, b has no value")
 	require.Zero(t, testing.AllocsPerRun(100, func() { computedWith(`{"a":5,"b":7}`, d, vals) }))
 }
 

@@ -69,6 +69,9 @@ const (
 	PayloadWork      = "w"
 	PayloadExecution = "x:"
 	PayloadPromote   = "p"
+	// PayloadCancel and an execution's id: the execution was canceled, and the replicas that run
+	// its attempts cancel them.
+	PayloadCancel = "c:"
 )
 
 // ParseChange reads a change of a PayloadExecution notification: the execution's id, and its
@@ -349,6 +352,9 @@ type Execution struct {
 	// Key is the key the execution was started with, nil for none. While the execution is not
 	// archived, no other execution of its graph holds it.
 	Key *string `bun:"key"`
+	// CanceledAt is when the execution was canceled (Cancel), with CancelReason; nil if it was not.
+	CanceledAt   *time.Time `bun:"canceled_at"`
+	CancelReason *string    `bun:"cancel_reason"`
 	// Existing is set by CreateExecutions and Write, on the execution of a keyed start that held
 	// the key already: that start started nothing.
 	Existing bool `bun:"-" db:"-"`
@@ -487,15 +493,15 @@ func sameSignature(s string, sig signature) bool {
 func computedWith(s string, n graph.Node, vals graph.Values) bool {
 	want := 0
 	for up := range n.Upstreams() {
-		if _, ok := vals[up]; ok {
+		if vals[up].IsSet() {
 			want++
 		}
 	}
 	seen, same := 0, true
 	if !eachSignature(s, func(name string, rev int64) {
 		seen++
-		v, ok := vals[name]
-		same = same && ok && v.Revision == rev && upstreamOf(n, name)
+		v := vals[name]
+		same = same && v.IsSet() && v.Revision == rev && upstreamOf(n, name)
 	}) {
 		return sameSignature(s, Signature(n, vals))
 	}
@@ -592,7 +598,7 @@ func (sig signature) equal(other signature) bool {
 func Signature(n graph.Node, vals graph.Values) map[string]int64 {
 	sig := signature{}
 	for up := range n.Upstreams() {
-		if v, ok := vals[up]; ok {
+		if v, ok := vals[up]; ok && v.IsSet() {
 			sig[up] = v.Revision
 		}
 	}

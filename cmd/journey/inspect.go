@@ -285,10 +285,17 @@ func runExecutionsList(ctx context.Context, env *environment, args []string) int
 	}
 	rows := make([][]string, 0, len(page.Executions))
 	for _, e := range page.Executions {
+		why := "-" // what stopped it: the node that failed and its error, or the cancel's reason
+		switch {
+		case e.FailedNode != "":
+			why = e.FailedNode + ": " + e.FailedError
+		case e.State == persistence.ExecCanceled:
+			why = orDash(e.CancelReason)
+		}
 		rows = append(rows, []string{e.ID, e.Graph, e.Version, e.State, fmt.Sprint(e.Revision), at(&e.CreatedAt),
-			at(&e.UpdatedAt), orDash(&e.Key)})
+			at(&e.UpdatedAt), orDash(&e.Key), why})
 	}
-	table(env.stdout, "ID\tGRAPH\tVERSION\tSTATE\tREVISION\tCREATED\tUPDATED\tKEY", rows)
+	table(env.stdout, "ID\tGRAPH\tVERSION\tSTATE\tREVISION\tCREATED\tUPDATED\tKEY\tWHY", rows)
 	if page.Next != nil {
 		fmt.Fprintf(env.stdout, "\nmore: add --after %s\n", page.Next)
 	}
@@ -469,15 +476,22 @@ func runReplicas(ctx context.Context, env *environment, args []string) int {
 const actionDescription = `%s records the request in the database. A replica that serves the execution's graph version
 carries it out at once (it needs the graph's Go code), and the command waits up to -wait for it.`
 
-// runAction returns the command function of an action: retry, archive or unarchive.
+// runAction returns the command function of an action: retry, archive, unarchive or cancel.
 func runAction(action string) func(ctx context.Context, env *environment, args []string) int {
 	return func(ctx context.Context, env *environment, args []string) int {
 		want, synopsis := []string{"ID"}, "ID [-schema name] [-json] [-wait duration]"
-		if action == persistence.ActionRetry {
+		switch action {
+		case persistence.ActionRetry:
 			want, synopsis = []string{"ID", "NODE"}, "ID NODE [-schema name] [-json] [-wait duration]"
+		case persistence.ActionCancel:
+			synopsis = "ID [-reason text] [-schema name] [-json] [-wait duration]"
 		}
 		fs, of := newOpsFlagSet(env, action, synopsis, fmt.Sprintf(actionDescription, action))
 		wait := fs.Duration("wait", 10*time.Second, "wait this long for a replica to carry it out; 0 does not wait")
+		reason := ""
+		if action == persistence.ActionCancel {
+			fs.StringVar(&reason, "reason", "canceled by an operator", "why the execution is canceled: its event and its attempts' errors say it")
+		}
 		pos, code, ok := parseArgs(env, fs, args, want...)
 		if !ok {
 			return code
@@ -487,11 +501,11 @@ func runAction(action string) func(ctx context.Context, env *environment, args [
 			return 1
 		}
 		defer closeDB()
-		node := ""
+		arg := reason
 		if len(pos) > 1 {
-			node = pos[1]
+			arg = pos[1] // the node of a retry
 		}
-		req, err := store.Ask(ctx, pos[0], action, node)
+		req, err := store.Ask(ctx, pos[0], action, arg)
 		if err != nil {
 			return fail(env, action, err)
 		}

@@ -165,13 +165,15 @@ func TestExecutionsList(t *testing.T) {
 
 	code, stdout, stderr := b.ops(t, "executions", "list")
 	require.Equal(t, 0, code, stderr)
-	require.Regexp(t, `(?m)^`+b.failedID+`\s+shop\s+v1\s+failed\s+\d+\s`, stdout)
-	require.Regexp(t, `(?m)^`+b.okID+`\s+shop\s+v1\s+idle\s+\d+\s`, stdout)
+	require.Regexp(t, `(?m)^`+b.failedID+`\s+shop\s+v1\s+failed\s+\d+\s.*\scharge: card declined$`, stdout, "the node that failed, and why")
+	require.Regexp(t, `(?m)^`+b.okID+`\s+shop\s+v1\s+idle\s+\d+\s.*\s-$`, stdout)
 	require.NotContains(t, stdout, "more:")
 
 	var p page
 	b.okJSON(t, &p, "executions", "list", "--state", "failed")
 	require.Equal(t, []string{b.failedID}, ids(p))
+	require.Equal(t, "charge", p.Executions[0].FailedNode)
+	require.Equal(t, "card declined", p.Executions[0].FailedError)
 	b.okJSON(t, &p, "executions", "list", "--where", "order=bad", "--graph", "shop", "--version", "v1")
 	require.Equal(t, []string{b.failedID}, ids(p))
 	b.okJSON(t, &p, "executions", "list", "--where", `order="good"`)
@@ -199,7 +201,7 @@ func TestExecutionsList(t *testing.T) {
 		{[]string{"--graph", "nope"}, `no replica has recorded graph "nope"`},
 		{[]string{"--graph", "shop", "--version", "v9"}, `graph "shop" version "v9"`},
 		{[]string{"--where", "nope=1"}, `no recorded graph version has a node "nope"`},
-		{[]string{"--state", "bogus"}, `unknown state "bogus": use one of archived, failed`},
+		{[]string{"--state", "bogus"}, `unknown state "bogus": use one of archived, canceled, failed`},
 		{[]string{"--after", "yesterday"}, `bad cursor "yesterday"`},
 	} {
 		code, stdout, stderr := b.ops(t, append([]string{"executions", "list"}, tc.args...)...)
@@ -244,10 +246,10 @@ func TestExecutionsByKey(t *testing.T) {
 
 	code, stdout, stderr := b.ops(t, "executions", "list", "-key", "order-1042")
 	require.Equal(t, 0, code, stderr)
-	require.Regexp(t, `ID\s+GRAPH\s+VERSION\s+STATE\s+REVISION\s+CREATED\s+UPDATED\s+KEY\n`+first.ID+`\s+shop\s+v1\s+idle\s.*\sorder-1042\n$`, stdout)
+	require.Regexp(t, `ID\s+GRAPH\s+VERSION\s+STATE\s+REVISION\s+CREATED\s+UPDATED\s+KEY\s+WHY\n`+first.ID+`\s+shop\s+v1\s+idle\s.*\sorder-1042\s+-\n$`, stdout)
 	code, stdout, _ = b.ops(t, "executions", "list")
 	require.Equal(t, 0, code)
-	require.Regexp(t, `(?m)^`+b.okID+`\s.*\s-$`, stdout, "an execution without a key")
+	require.Regexp(t, `(?m)^`+b.okID+`\s.*\s-\s+-$`, stdout, "an execution without a key")
 	var p page
 	b.okJSON(t, &p, "executions", "list", "-key", "order-1042")
 	require.Equal(t, []string{first.ID}, ids(p))
@@ -462,6 +464,36 @@ func TestArchiveAndUnarchive(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "Done by replica "+opsReplica+".")
 	require.Equal(t, "idle", b.detail(t, b.okID).Execution.State)
+}
+
+// journey cancel cancels an execution with its reason, which the list shows; a second cancel
+// changes nothing.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+
+	var req persistence.Request
+	b.okJSON(t, &req, "cancel", b.failedID, "-reason", "fraud suspected")
+	require.Equal(t, persistence.ActionCancel, req.Action)
+	require.Equal(t, "fraud suspected", *req.Reason)
+	require.NotNil(t, req.DoneAt)
+	require.Nil(t, req.Error)
+	d := b.detail(t, b.failedID)
+	require.Equal(t, "canceled", d.Execution.State)
+	require.Equal(t, "fraud suspected", *d.Execution.CancelReason)
+	require.Empty(t, d.Execution.FailedNode, "canceled, not failed")
+
+	code, stdout, stderr := b.ops(t, "executions", "list", "--state", "canceled")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^`+b.failedID+`\s+shop\s+v1\s+canceled\s.*\sfraud suspected$`, stdout)
+	require.NotContains(t, stdout, b.okID)
+
+	code, _, stderr = b.ops(t, "cancel", b.failedID)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "fraud suspected", *b.detail(t, b.failedID).Execution.CancelReason, "the first reason stays")
+	code, stdout, stderr = b.ops(t, "retry", b.failedID, "charge")
+	require.Equal(t, 1, code)
+	require.Contains(t, stdout+stderr, "is canceled")
 }
 
 func TestActionWithoutLiveReplica(t *testing.T) {

@@ -55,6 +55,7 @@ var commands = []command{
 	{name: "replicas", summary: "list the replicas, their heartbeat age and what they run", run: runReplicas},
 	{name: "retry", summary: "give a failed node a fresh attempt budget (ID NODE)", run: runAction(persistence.ActionRetry)},
 	{name: "archive", summary: "archive an execution (ID)", run: runAction(persistence.ActionArchive)},
+	{name: "cancel", summary: "cancel an execution for good: stop its attempts (ID [-reason R])", run: runAction(persistence.ActionCancel)},
 	{name: "unarchive", summary: "unarchive an execution (ID)", run: runAction(persistence.ActionUnarchive)},
 	{name: "ui", summary: "serve the web dashboard on loopback (see journey ui -h)", run: runUI},
 }

@@ -4,6 +4,8 @@
 //   - retries: the warehouse times out on the first reservation of order B-2001, and the runtime
 //     tries again after a short backoff (graph.Backoff), up to graph.MaxAttempts;
 //   - graph.Permanent: a declined card fails the payment at once, with no retry;
+//   - graph.Failed: then the stock is given back by a compensation node in the graph, which
+//     retries, is recorded and is tested like any other node;
 //   - a graph.ConcurrencyKey per customer: one customer's payments run one at a time, on whichever
 //     replica claims them, while other customers' run beside them;
 //   - Config.OnExecutionCompleted and Config.OnExecutionFailed: the runtime reports each order's
@@ -76,6 +78,9 @@ func fulfilment(w *warehouse, p *payments) *graph.Graph {
 			func(ctx context.Context, in graph.Values) (any, error) {
 				return "TRK-" + in.String("order"), nil
 			}),
+		// The compensation: it runs once the payment has failed for good.
+		graph.Compute("restock", graph.And(graph.Failed("payment"), graph.Needs("reservation")), w.release,
+			graph.MaxAttempts(5), backoff),
 	}, graph.IDPrefix("ORD"), graph.CompletesWhen(graph.Provided("shipment")))
 }
 
@@ -96,6 +101,12 @@ func (w *warehouse) reserve(ctx context.Context, in graph.Values) (any, error) {
 		return nil, errors.New("warehouse timed out") // retried
 	}
 	return "RSV-" + id, nil
+}
+
+// release gives back the stock of a reservation whose payment failed for good. Its gate sees the
+// failure, and so does it: in["payment"].Error is the payment's last error.
+func (w *warehouse) release(ctx context.Context, in graph.Values) (any, error) {
+	return fmt.Sprintf("released %s (%s)", in.String("reservation"), in["payment"].Error), nil
 }
 
 // payments charges cards, and records how many charges of each customer run at once.
@@ -242,6 +253,12 @@ func report(ctx context.Context, out io.Writer, rt *journey.Runtime, o order, e 
 			failed = append(failed, fmt.Sprintf("%s failed after %d attempt(s): %s", f.Node, f.Attempts, f.Error))
 		}
 		fmt.Fprintf(out, "order %s of %s: %s, %s\n", o.ID, o.Customer, e.Type, strings.Join(failed, "; "))
+		// The failure event comes as the payment fails; the compensation runs after it.
+		restocked, err := journey.GetAs[string](ctx, rt, e.ExecutionID, "restock", journey.WaitAny())
+		if err != nil {
+			return fmt.Errorf("waiting for the stock of order %s to be given back: %w", o.ID, err)
+		}
+		fmt.Fprintf(out, "  stock %s\n", restocked)
 	}
 	attempts, err := rt.Computations(ctx, e.ExecutionID)
 	if err != nil {
