@@ -175,6 +175,8 @@ type executionsPage struct {
 	Paged bool
 	// First is the query of the first page.
 	First url.Values
+	// Flash says what a retry of many asked for.
+	Flash string
 }
 
 func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +222,10 @@ func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.First = first
+	if n := q.Get("retried"); n != "" {
+		p.Flash = fmt.Sprintf("Asked for a retry of node %q in %s failed execution(s): the replicas serving the graph carry them out.",
+			q.Get("node"), n)
+	}
 	status := http.StatusOK
 	switch {
 	case err == nil:
@@ -236,6 +242,40 @@ func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.render(w, r, "executions", "Executions", status, p)
+}
+
+// retryMany asks for a retry of a node in every failed execution of a graph that the list's
+// filters select (persistence.RetryWhere), and goes back to the list, which says how many.
+func (u *ui) retryMany(w http.ResponseWriter, r *http.Request) {
+	back := u.opts.BasePath + "/executions"
+	switch {
+	case u.opts.ReadOnly:
+		http.Error(w, "Forbidden: the dashboard is read-only.", http.StatusForbidden)
+		return
+	case !u.checkCSRF(r):
+		http.Error(w, "Forbidden: the form's CSRF token is missing or stale: reload the page and try again.", http.StatusForbidden)
+		return
+	}
+	f := persistence.ExecutionFilter{Graph: r.PostFormValue("graph"), Version: r.PostFormValue("version")}
+	list := url.Values{"graph": {f.Graph}, "version": {f.Version}, "state": {persistence.ExecFailed}}
+	for _, where := range r.PostForm["where"] {
+		filter, err := persistence.ParseWhere(where)
+		if err != nil {
+			u.fail(w, r, err, back)
+			return
+		}
+		f.Where = append(f.Where, filter)
+		list.Add("where", where)
+	}
+	node := r.PostFormValue("node")
+	n, err := u.store.RetryWhere(r.Context(), f, node, false)
+	if err != nil {
+		u.fail(w, r, err, back+"?"+list.Encode())
+		return
+	}
+	list.Set("retried", strconv.Itoa(n))
+	list.Set("node", node)
+	http.Redirect(w, r, back+"?"+list.Encode(), http.StatusSeeOther)
 }
 
 // executionPage is the data of an execution's page.

@@ -138,6 +138,7 @@ func Handler(ctx context.Context, opts Options) (http.Handler, error) {
 	// token is looked at.
 	actions := http.NewCrossOriginProtection()
 	u.mux.Handle("POST /executions/{id}/{action}", actions.Handler(http.HandlerFunc(u.act)))
+	u.mux.Handle("POST /executions/retry", actions.Handler(http.HandlerFunc(u.retryMany)))
 	return u, nil
 }
 

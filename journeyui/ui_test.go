@@ -547,3 +547,33 @@ func TestCancelButton(t *testing.T) {
 	require.NotContains(t, string(body), `<button id="cancel">`)
 	require.Contains(t, get("/executions?state=canceled"), "customer asked")
 }
+
+// On the list of a graph's failed executions, a form retries a node in every one that the filters
+// select, and the list says how many.
+func TestRetryManyFromTheList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := serve(t, b.opts)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar}
+	list := "/executions?graph=shop&state=failed"
+	form := url.Values{"csrf": {csrfOf(t, client, srv.URL+list)}, "graph": {"shop"}, "where": {"order=bad"}, "node": {"charge"}}
+	b.fixed.Store(true)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/executions/retry", strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := client.Do(req) // followed to the list
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), `Asked for a retry of node &#34;charge&#34; in 1 failed execution(s)`)
+	require.Contains(t, string(body), `id="retry-many"`, "the form, on the failed list of a graph")
+	require.Eventually(t, func() bool {
+		d, err := b.db.Inspect(t.Context(), b.failedID)
+		require.NoError(t, err)
+		return d.Execution.State == persistence.ExecIdle
+	}, 30*time.Second, 20*time.Millisecond, "the retry ran, and the charge succeeded")
+}

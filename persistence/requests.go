@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
 // Actions that a request asks for.
@@ -223,4 +225,79 @@ func cmpOrErr(err, def error) error {
 		return err
 	}
 	return def
+}
+
+// retryPage is how many executions RetryWhere reads, and asks a retry of, in one statement.
+const retryPage = 500
+
+// RetryWhere asks for a retry of node in each execution that f selects (its State is taken to be
+// ExecFailed) whose node has failed for good, page by page: one statement reads a page's failed
+// nodes, another records their requests, and one NOTIFY announces them. It returns how many it
+// asked for; with dryRun it asks for none and counts them. f must name the graph, which must have
+// the node.
+func (s *Store) RetryWhere(ctx context.Context, f ExecutionFilter, node string, dryRun bool) (int, error) {
+	if err := CheckText("node", node); err != nil {
+		return 0, err
+	}
+	if f.Graph == "" {
+		return 0, fmt.Errorf("%w: a retry of many executions needs their graph", ErrBadRequest)
+	}
+	var versions []GraphVersion
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", versionColumns)+` FROM {s}.graph_versions WHERE graph_name = ? AND (? = '' OR graph_version = ?)`),
+		f.Graph, f.Version, f.Version).Scan(ctx, &versions)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("reading the graph versions: %w", err)
+	}
+	if !slices.ContainsFunc(versions, func(v GraphVersion) bool { _, ok := v.Node(node); return ok }) {
+		return 0, fmt.Errorf("%w: no recorded version of graph %q has a node %q; its nodes are listed by `journey graphs`",
+			ErrUnknownNode, f.Graph, node)
+	}
+	f.State, f.Limit, f.After = ExecFailed, retryPage, nil
+	asked := 0
+	for {
+		page, err := s.ListPage(ctx, f)
+		if err != nil {
+			return asked, err
+		}
+		lanes, ids := make([]int16, len(page.Executions)), make([]string, len(page.Executions))
+		for i, e := range page.Executions {
+			lanes[i], ids[i] = LaneOf(e.ID), e.ID
+		}
+		var failed []struct {
+			Lane        int16  `bun:"lane"`
+			ExecutionID string `bun:"execution_id"`
+			GraphKey    string `bun:"graph_key"`
+		}
+		err = s.db.NewRaw(s.q(`SELECT n.lane, n.execution_id, n.graph_key FROM `+executionKeys("?0", "?1")+` k
+			JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id
+			WHERE n.node = ?2 AND n.state IN ('FAILED', 'ABANDONED')`+s.pinned("n", "?0")),
+			pgdialect.Array(lanes), pgdialect.Array(ids), node).Scan(ctx, &failed)
+		if err != nil && !isNoRows(err) {
+			return asked, fmt.Errorf("reading the failed nodes %q: %w", node, err)
+		}
+		if len(failed) > 0 && !dryRun {
+			lanes, ids, keys := make([]int16, len(failed)), make([]string, len(failed)), make([]string, len(failed))
+			for i, n := range failed {
+				lanes[i], ids[i], keys[i] = n.Lane, n.ExecutionID, n.GraphKey
+			}
+			err = s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+				_, err := tx.NewRaw(s.q(`INSERT INTO {s}.requests (lane, execution_id, graph_key, action, node, requested_at)
+					SELECT r.lane, r.id, r.graph_key, ?, ?, coalesce(?::timestamptz, now())
+					FROM unnest(?::smallint[], ?::text[], ?::text[]) AS r(lane, id, graph_key)`),
+					ActionRetry, node, s.clock.NowOrNil(), pgdialect.Array(lanes), pgdialect.Array(ids), pgdialect.Array(keys)).Exec(ctx)
+				if err != nil {
+					return fmt.Errorf("recording the requests: %w", err)
+				}
+				return s.notify(ctx, tx, PayloadRequest)
+			})
+			if err != nil {
+				return asked, err
+			}
+		}
+		asked += len(failed)
+		if page.Next == nil {
+			return asked, nil
+		}
+		f.After = page.Next
+	}
 }

@@ -473,6 +473,58 @@ func runReplicas(ctx context.Context, env *environment, args []string) int {
 	return 0
 }
 
+// runRetry is journey retry: of a node of one execution (ID NODE), or, with --graph, of a node in
+// every failed execution of a graph that the filters select.
+func runRetry(ctx context.Context, env *environment, args []string) int {
+	if !slices.ContainsFunc(args, func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return strings.HasPrefix(a, "-") && name == "graph"
+	}) {
+		return runAction(persistence.ActionRetry)(ctx, env, args)
+	}
+	fs, of := newOpsFlagSet(env, "retry", "--graph G --node N [--version V] [--where node=value ...] [--dry-run] [-schema name] [-json]",
+		"retry --graph asks for a retry of node N in every failed execution of graph G that the filters select, "+
+			"in pages of 500, and prints how many. A replica that serves the graph carries each out.")
+	var f persistence.ExecutionFilter
+	var where whereFlags
+	fs.StringVar(&f.Graph, "graph", "", "the executions of this `graph`")
+	fs.StringVar(&f.Version, "version", "", "only those of this graph `version`")
+	fs.Var(&where, "where", "only those whose `node=value`; repeat for several")
+	node := fs.String("node", "", "the `node` to retry, where it failed for good")
+	dryRun := fs.Bool("dry-run", false, "count the executions, and retry none")
+	if _, code, ok := parseArgs(env, fs, args); !ok {
+		return code
+	}
+	if *node == "" {
+		fmt.Fprintln(env.stderr, "journey retry: --graph needs --node: the node to retry")
+		return 2
+	}
+	f.Where = where
+	store, closeDB, ok := openStore(ctx, env, "retry", *of.schema)
+	if !ok {
+		return 1
+	}
+	defer closeDB()
+	n, err := store.RetryWhere(ctx, f, *node, *dryRun)
+	if *of.json && err == nil {
+		return printJSON(env, struct {
+			Graph   string `json:"graph"`
+			Node    string `json:"node"`
+			Retried int    `json:"retried"`
+			DryRun  bool   `json:"dry_run"`
+		}{f.Graph, *node, n, *dryRun})
+	}
+	verb := "Asked for a retry of"
+	if *dryRun {
+		verb = "Would retry"
+	}
+	fmt.Fprintf(env.stdout, "%s node %q in %d failed execution(s) of graph %q.\n", verb, *node, n, f.Graph)
+	if err != nil {
+		return fail(env, "retry", err)
+	}
+	return 0
+}
+
 const actionDescription = `%s records the request in the database. A replica that serves the execution's graph version
 carries it out at once (it needs the graph's Go code), and the command waits up to -wait for it.`
 

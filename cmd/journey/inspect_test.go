@@ -531,3 +531,43 @@ func TestFlagsAnywhere(t *testing.T) {
 	require.True(t, *j)
 	require.Equal(t, 3, *n)
 }
+
+// journey retry --graph G --node N retries the node in every failed execution that the filters
+// select; --dry-run counts them and retries none.
+func TestRetryMany(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	ctx := t.Context()
+	g := b.cfg.Graphs[0]
+	ids := []string{b.failedID}
+	for range 3 {
+		ex, err := b.rt.Start(ctx, g, journey.WithValues(map[string]any{"order": "bad"}))
+		require.NoError(t, err)
+		_, err = b.rt.Get(ctx, ex.ID, "charge", journey.WaitAny())
+		require.ErrorIs(t, err, journey.ErrComputationFailed)
+		ids = append(ids, ex.ID)
+	}
+
+	code, stdout, stderr := b.ops(t, "retry", "--graph", "shop", "--node", "charge", "--dry-run")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "Would retry node \"charge\" in 4 failed execution(s) of graph \"shop\".\n", stdout)
+	code, stdout, stderr = b.ops(t, "retry", "--graph", "shop", "--node", "charge", "--where", `order="good"`, "--dry-run")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "in 0 failed execution(s)")
+	code, _, stderr = b.ops(t, "retry", "--graph", "shop", "--node", "receipt", "--dry-run")
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = b.ops(t, "retry", "--graph", "shop", "--node", "nope")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `no recorded version of graph "shop" has a node "nope"`)
+	require.Empty(t, b.detail(t, b.failedID).Requests, "nothing asked yet")
+
+	b.fixed.Store(true)
+	code, stdout, stderr = b.ops(t, "retry", "--graph", "shop", "--node", "charge")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "Asked for a retry of node \"charge\" in 4 failed execution(s)")
+	for _, id := range ids {
+		v, err := b.rt.Get(ctx, id, "receipt", journey.WaitAny())
+		require.NoError(t, err)
+		require.JSONEq(t, `"receipt for charged bad"`, string(v.Raw))
+	}
+}

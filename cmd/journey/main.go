@@ -53,7 +53,7 @@ var commands = []command{
 	{name: "executions", summary: "list executions (list), or show one (show ID)", run: runExecutions},
 	{name: "insights", summary: "where a graph's executions go and stop, and its work over time (GRAPH)", run: runInsights},
 	{name: "replicas", summary: "list the replicas, their heartbeat age and what they run", run: runReplicas},
-	{name: "retry", summary: "give a failed node a fresh attempt budget (ID NODE)", run: runAction(persistence.ActionRetry)},
+	{name: "retry", summary: "give a failed node a fresh attempt budget (ID NODE, or --graph G --node N for many)", run: runRetry},
 	{name: "archive", summary: "archive an execution (ID)", run: runAction(persistence.ActionArchive)},
 	{name: "cancel", summary: "cancel an execution for good: stop its attempts (ID [-reason R])", run: runAction(persistence.ActionCancel)},
 	{name: "unarchive", summary: "unarchive an execution (ID)", run: runAction(persistence.ActionUnarchive)},
