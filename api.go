@@ -44,6 +44,8 @@ type Execution struct {
 	// CanceledAt is when the execution was canceled (Cancel), with CancelReason; nil if it was not.
 	CanceledAt   *time.Time `json:",omitempty"`
 	CancelReason string     `json:",omitempty"`
+	// PausedAt is when the execution was paused (Pause), nil while it is not.
+	PausedAt *time.Time `json:",omitempty"`
 }
 
 func toExecution(e *persistence.Execution) *Execution {
@@ -51,11 +53,13 @@ func toExecution(e *persistence.Execution) *Execution {
 		ID: e.ID, Graph: e.GraphName, Version: e.GraphVersion, Revision: e.Revision,
 		ArchivedAt: e.ArchivedAt, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 		Key: deref(e.Key), Existing: e.Existing, CanceledAt: e.CanceledAt, CancelReason: deref(e.CancelReason),
+		PausedAt: e.PausedAt,
 	}
 }
 
 // ComputationState is the state of one attempt:
-// PENDING → AVAILABLE → RUNNING → SUCCESS | FAILED | ABANDONED | CANCELED.
+// PENDING → AVAILABLE → RUNNING → SUCCESS | FAILED | ABANDONED | CANCELED. A waiting attempt of a
+// paused execution is PAUSED until Resume.
 type ComputationState string
 
 // Computation states.
@@ -67,6 +71,7 @@ const (
 	StateFailed    ComputationState = persistence.StateFailed
 	StateAbandoned ComputationState = persistence.StateAbandoned
 	StateCanceled  ComputationState = persistence.StateCanceled
+	StatePaused    ComputationState = persistence.StatePaused
 )
 
 // Computation is one attempt of a node, as Computations reports it.

@@ -135,5 +135,5 @@ func TestListByState(t *testing.T) {
 		require.Equal(t, want, got[0].ID, state)
 	}
 	_, err = rt.List(ctx, journey.ListQuery{State: "bogus"})
-	require.ErrorContains(t, err, `unknown state "bogus": use one of archived, canceled, failed`)
+	require.ErrorContains(t, err, `unknown state "bogus": use one of archived, canceled, paused, failed`)
 }

@@ -47,6 +47,27 @@ func (r *Runtime) Cancel(ctx context.Context, id, reason string) error {
 	return r.store.Cancel(ctx, id, reason)
 }
 
+// Pause pauses an execution: nothing of it is claimed or promoted until Resume. Its waiting
+// attempts, and those that its writes make meanwhile (a Set, a tick that comes due, a running
+// attempt's end), wait PAUSED, which no claim reads: a paused execution costs the claims of others
+// nothing. Its running attempts run on, and finish. Pausing a paused execution changes nothing; a
+// canceled one stays canceled.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.store.SetPaused(ctx, id, true)
+}
+
+// Resume resumes a paused execution: what waits runs, in the order it came due, on whichever
+// replicas claim it. Resuming an execution that is not paused changes nothing.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.store.SetPaused(ctx, id, false)
+}
+
 // Unarchive brings an archived execution back. If it was started with a key that another
 // unarchived execution of its graph holds by then, it fails with ErrKeyHeld and changes nothing.
 func (r *Runtime) Unarchive(ctx context.Context, id string) error {

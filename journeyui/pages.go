@@ -352,7 +352,7 @@ func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	}
 	arg := r.PostFormValue("node")
 	switch action {
-	case persistence.ActionRetry, persistence.ActionArchive, persistence.ActionUnarchive:
+	case persistence.ActionRetry, persistence.ActionArchive, persistence.ActionUnarchive, persistence.ActionPause, persistence.ActionResume:
 	case persistence.ActionCancel:
 		arg = r.PostFormValue("reason")
 	default:

@@ -510,24 +510,28 @@ type coldWrites struct {
 	wakes    []*time.Time
 	canceled []*time.Time
 	reasons  []*string
+	paused   []*time.Time
 }
 
 func (w *coldWrites) add(st *execState, wake *time.Time) {
 	w.lanes, w.ids, w.revs = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.revs, st.revision)
 	w.archived, w.phases, w.wakes = append(w.archived, st.exec.ArchivedAt), append(w.phases, st.exec.FailurePhase), append(w.wakes, wake)
 	w.canceled, w.reasons = append(w.canceled, st.exec.CanceledAt), append(w.reasons, st.exec.CancelReason)
+	w.paused = append(w.paused, st.exec.PausedAt)
 }
 
 func (w *coldWrites) args(now any) []any {
-	return []any{w.lanes, w.ids, w.revs, w.archived, w.phases, w.wakes, now, w.canceled, w.reasons}
+	return []any{w.lanes, w.ids, w.revs, w.archived, w.phases, w.wakes, now, w.canceled, w.reasons, w.paused}
 }
 
 // coldUpdateQuery writes the executions' cold columns.
 var coldUpdateQuery = pinLanes(`UPDATE {s}.executions e
 	SET revision = r.revision, updated_at = coalesce($7::timestamptz, now()), archived_at = r.archived_at,
-		failure_phase = r.failure_phase, wake_at = r.wake_at, canceled_at = r.canceled_at, cancel_reason = r.cancel_reason
-	FROM unnest($1::smallint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::int[], $6::timestamptz[], $8::timestamptz[], $9::text[])
-		AS r(lane, id, revision, archived_at, failure_phase, wake_at, canceled_at, cancel_reason)
+		failure_phase = r.failure_phase, wake_at = r.wake_at, canceled_at = r.canceled_at, cancel_reason = r.cancel_reason,
+		paused_at = r.paused_at
+	FROM unnest($1::smallint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::int[], $6::timestamptz[], $8::timestamptz[], $9::text[],
+			$10::timestamptz[])
+		AS r(lane, id, revision, archived_at, failure_phase, wake_at, canceled_at, cancel_reason, paused_at)
 	WHERE e.lane = r.lane AND e.id = r.id{pin}`, "e")
 
 // eventClaim is a lifecycle event that a write claims: the failure of a phase, or the

@@ -17,6 +17,8 @@ const (
 	ExecArchived = "archived"
 	// ExecCanceled: the execution is canceled (Cancel).
 	ExecCanceled = "canceled"
+	// ExecPaused: the execution is paused (Pause).
+	ExecPaused = "paused"
 	// ExecFailed: a node has failed for good (see Failure), and no Retry has followed.
 	ExecFailed = "failed"
 	// ExecRunning: a computation is running.
@@ -30,11 +32,12 @@ const (
 )
 
 // ExecStates are the states of an execution, in the order in which they apply.
-var ExecStates = []string{ExecArchived, ExecCanceled, ExecFailed, ExecRunning, ExecWaiting, ExecCompleted, ExecIdle}
+var ExecStates = []string{ExecArchived, ExecCanceled, ExecPaused, ExecFailed, ExecRunning, ExecWaiting, ExecCompleted, ExecIdle}
 
 // stateExpr computes the state of execution e. Each test is an index lookup on the execution.
 const stateExpr = `CASE WHEN e.archived_at IS NOT NULL THEN 'archived'
 	WHEN e.canceled_at IS NOT NULL THEN 'canceled'
+	WHEN e.paused_at IS NOT NULL THEN 'paused'
 	WHEN EXISTS (SELECT 1 FROM {s}.notification_claims n
 		WHERE n.lane = e.lane AND n.execution_id = e.id AND n.event = 'execution.failed' AND n.phase = e.failure_phase) THEN 'failed'
 	WHEN EXISTS (SELECT 1 FROM {s}.nodes c WHERE c.lane = e.lane AND c.execution_id = e.id AND c.state = 'RUNNING') THEN 'running'
@@ -337,6 +340,8 @@ func (s *Store) stateClause(state string) (string, []any) {
 		return " AND (" + stateExpr + ") = 'idle'", nil
 	case state == ExecCanceled: // executions_canceled_idx
 		return " AND e.canceled_at IS NOT NULL AND e.archived_at IS NULL", nil
+	case state == ExecPaused: // executions_paused_idx
+		return " AND e.paused_at IS NOT NULL AND e.canceled_at IS NULL AND e.archived_at IS NULL", nil
 	case s.citus: // a join on the distribution column, which Citus sends to each shard
 		from = " AND (e.lane, e.id) IN (" + strings.Replace(candidates[state], "execution_id", "lane, execution_id", 1) + ")"
 	default:

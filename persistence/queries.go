@@ -47,6 +47,15 @@ func (s *Store) Cancel(ctx context.Context, id, reason string) error {
 	})
 }
 
+// SetPaused pauses or resumes an execution (see execState.pause). Pausing a paused execution, or
+// resuming one that is not, changes nothing; a canceled one stays as it is.
+func (s *Store) SetPaused(ctx context.Context, id string, paused bool) error {
+	return s.write(ctx, id, nil, func(_ context.Context, _ *txn, st *execState) error {
+		_, err := st.pause(paused)
+		return err
+	})
+}
+
 // cancel cancels st for reason, and has t announce it.
 func (t *txn) cancel(st *execState, reason string) {
 	if st.cancel(reason) {

@@ -17,6 +17,8 @@ const (
 	ActionArchive   = "archive"
 	ActionUnarchive = "unarchive"
 	ActionCancel    = "cancel"
+	ActionPause     = "pause"
+	ActionResume    = "resume"
 )
 
 // PayloadRequest is the NOTIFY payload that announces a new request to the replicas.
@@ -63,7 +65,7 @@ func (s *Store) Ask(ctx context.Context, id, action, arg string) (*Request, erro
 	}
 	var nodeArg, reasonArg *string
 	switch action {
-	case ActionArchive, ActionUnarchive:
+	case ActionArchive, ActionUnarchive, ActionPause, ActionResume:
 	case ActionCancel:
 		reasonArg = &arg
 	case ActionRetry:
@@ -72,7 +74,7 @@ func (s *Store) Ask(ctx context.Context, id, action, arg string) (*Request, erro
 		}
 		nodeArg = &arg
 	default:
-		return nil, fmt.Errorf("%w: unknown action %q: use retry, archive, unarchive or cancel", ErrBadRequest, action)
+		return nil, fmt.Errorf("%w: unknown action %q: use retry, archive, unarchive, cancel, pause or resume", ErrBadRequest, action)
 	}
 	req := new(Request)
 	err = s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
@@ -192,6 +194,8 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 			err = st.archive(req.Action == ActionArchive)
 		case ActionCancel:
 			tx.cancel(st, deref(req.Reason))
+		case ActionPause, ActionResume:
+			_, err = st.pause(req.Action == ActionPause)
 		default:
 			err = fmt.Errorf("%w: unknown action %q", ErrBadRequest, req.Action)
 		}

@@ -234,6 +234,11 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 		if delay > 0 {
 			runAt = st.now.Add(delay)
 		}
+	case st.exec.PausedAt != nil: // Resume makes it ready
+		state = StatePaused
+		if delay > 0 {
+			runAt = st.now.Add(delay)
+		}
 	case delay > 0:
 		state, runAt = StatePending, st.now.Add(delay)
 	case key != nil || maxParallel != nil:
@@ -467,21 +472,62 @@ func (st *execState) setArchived(archived bool) {
 	for _, name := range slices.Sorted(maps.Keys(st.latest)) {
 		c := st.latest[name]
 		switch {
-		case archived && (c.State == StatePending || c.State == StateAvailable):
+		case archived && (c.State == StatePending || c.State == StateAvailable || c.State == StatePaused):
 			reason := ReasonArchived
 			st.promote = st.promote || c.gated() // an AVAILABLE one held a slot
 			c.State, c.Error, c.FinishedAt = StateCanceled, &reason, &st.now
 			st.attemptChanged(c)
 		case !archived && c.State == StateCanceled && c.Error != nil && *c.Error == ReasonArchived:
-			c.State, c.Error, c.FinishedAt, c.AvailableAt = StateAvailable, nil, nil, &st.now
-			if c.RunAt.After(st.now) || c.gated() {
-				c.State = StatePending
-			}
-			st.work = st.work || c.State == StateAvailable
-			st.promote = st.promote || c.gated()
-			st.attemptChanged(c)
+			c.Error, c.FinishedAt = nil, nil
+			st.makeReady(c)
 		}
 	}
+}
+
+// makeReady makes c, a waiting attempt, AVAILABLE, or PENDING for its time or its gating, or
+// PAUSED while the execution is.
+func (st *execState) makeReady(c *Computation) {
+	c.State, c.AvailableAt = StateAvailable, &st.now
+	switch {
+	case st.exec.PausedAt != nil:
+		c.State = StatePaused
+	case c.RunAt.After(st.now) || c.gated():
+		c.State = StatePending
+	}
+	st.work = st.work || c.State == StateAvailable
+	st.promote = st.promote || c.gated()
+	st.attemptChanged(c)
+}
+
+// pause pauses or resumes the execution, unless it is so already, or canceled. Pausing makes its
+// waiting attempts PAUSED, which no claim or promotion reads (an AVAILABLE gated one frees its
+// slot); the attempts made while it is paused are PAUSED too, ticks that come due included; its
+// running attempts run on. Resuming makes them ready again, each keeping its run_at, and so its
+// place in the queue, and advances the execution. It reports whether it changed anything.
+func (st *execState) pause(paused bool) (bool, error) {
+	if (st.exec.PausedAt != nil) == paused || st.exec.CanceledAt != nil {
+		return false, nil
+	}
+	st.revision++
+	st.changed, st.cold = true, true
+	st.exec.PausedAt = nil
+	if paused {
+		st.exec.PausedAt = &st.now
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.latest)) {
+		switch c := st.latest[name]; {
+		case paused && (c.State == StatePending || c.State == StateAvailable):
+			st.promote = st.promote || c.gated() && c.State == StateAvailable
+			c.State = StatePaused
+			st.attemptChanged(c)
+		case !paused && c.State == StatePaused:
+			st.makeReady(c)
+		}
+	}
+	if paused {
+		return true, nil
+	}
+	return true, st.advance()
 }
 
 // cancel cancels the execution for reason: its waiting and running attempts end CANCELED, which

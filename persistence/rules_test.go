@@ -250,6 +250,51 @@ func TestRuleFailedGatesACompensation(t *testing.T) {
 	}, plan(st))
 }
 
+// Pause parks the waiting attempts as PAUSED (a gated AVAILABLE one frees its slot); a Set while
+// paused makes its attempt PAUSED; Resume makes each ready again as it would have been, keeping
+// its run_at; a canceled execution is neither paused nor resumed.
+func TestRulePauseAndResume(t *testing.T) {
+	g := graph.MustNew("pause", "v1", []graph.Node{
+		graph.Input("x"), graph.Input("w"),
+		graph.Compute("y", graph.Needs("x"), noop, graph.ConcurrencyKey(func(graph.Values) string { return "k" })),
+		graph.Compute("z", graph.Needs("x"), noop),
+		graph.Compute("v", graph.Needs("w"), noop),
+	})
+	key := "k"
+	st := loaded(t, g, `x=1@1`, `y AVAILABLE#1{x:1}`, `z AVAILABLE#1{x:1}`)
+	st.latest["y"].ConcurrencyKey = &key
+	ok, err := st.pause(true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []string{`row y @3 PAUSED#1{"x":1}`, `row z @3 PAUSED#1{"x":1}`}, plan(st))
+	require.True(t, st.promote, "y's slot is free")
+	require.False(t, st.work)
+	_, err = st.setValues(Setting{ID: "E1", Set: map[string]json.RawMessage{"w": json.RawMessage(`2`)}})
+	require.NoError(t, err)
+	require.Equal(t, StatePaused, st.latest["v"].State, "what a write makes while paused waits")
+	require.False(t, st.work)
+
+	st = loaded(t, g, `x=1@1`, `y PAUSED#1{x:1}`, `z PAUSED#1{x:1}`)
+	st.latest["y"].ConcurrencyKey = &key
+	st.exec.PausedAt = &ruleNow
+	ok, err = st.pause(false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []string{`row y @3 PENDING#1{"x":1} at+-1h0m0s`, `row z @3 AVAILABLE#1{"x":1}`}, plan(st),
+		"gated y waits for its promotion; each keeps its run_at")
+	require.True(t, st.work)
+	require.True(t, st.promote)
+	ok, err = st.pause(false)
+	require.NoError(t, err)
+	require.False(t, ok, "resumed already")
+
+	st = loaded(t, g, `x=1@1`, `y AVAILABLE#1{x:1}`)
+	require.True(t, st.cancel("stop"))
+	ok, err = st.pause(true)
+	require.NoError(t, err)
+	require.False(t, ok, "a canceled execution stays as it is")
+}
+
 // An upstream value cleared clears what was computed from it, each clearing in the history at a
 // revision of its own, and the node that read it has no attempt left to run.
 func TestRuleUnsetClearsDownstream(t *testing.T) {

@@ -57,6 +57,8 @@ const (
 	StateFailed    = "FAILED"
 	StateAbandoned = "ABANDONED"
 	StateCanceled  = "CANCELED"
+	// StatePaused: the attempt waits for its execution's Resume; no claim or promotion reads it.
+	StatePaused = "PAUSED"
 )
 
 // Notification payloads sent on the store's channel. A payload of PayloadWork means new work is
@@ -355,6 +357,8 @@ type Execution struct {
 	// CanceledAt is when the execution was canceled (Cancel), with CancelReason; nil if it was not.
 	CanceledAt   *time.Time `bun:"canceled_at"`
 	CancelReason *string    `bun:"cancel_reason"`
+	// PausedAt is when the execution was paused (Pause), nil while it is not.
+	PausedAt *time.Time `bun:"paused_at"`
 	// Existing is set by CreateExecutions and Write, on the execution of a keyed start that held
 	// the key already: that start started nothing.
 	Existing bool `bun:"-" db:"-"`
@@ -403,7 +407,7 @@ func (c *Computation) gated() bool { return c.ConcurrencyKey != nil || c.MaxPara
 
 // active reports whether the attempt is still to run or running.
 func (c *Computation) active() bool {
-	return c.State == StatePending || c.State == StateAvailable || c.State == StateRunning
+	return c.State == StatePending || c.State == StateAvailable || c.State == StateRunning || c.State == StatePaused
 }
 
 // failedForGood reports whether this attempt ended the node's budget: a failed or abandoned

@@ -43,7 +43,7 @@ DATABASE_URL=$url $GO run ./examples/onboarding
 # The runtime's core: Start, Set, Get with wait, retries, heartbeats and abandonment, gating,
 # keyed starts under concurrency, notifications once across replicas; the lock timeout, and a
 # local claim that waited for a lock; what reads across lanes (List, History, the insights, a
-# graph changed under its version), archiving and cancel; then the SIGKILL of a replica process, with its
+# graph changed under its version), archiving, cancel and pause; then the SIGKILL of a replica process, with its
 # audit (nothing lost, nothing run twice at once). The whole root package passes on Citus too, but
 # for the tests that skip there, in about 3 minutes more.
 core='^(TestRetries|TestRetryGivesAFreshBudget|TestWaitingGetReturnsWhatAReadReturns|TestSetIsIdempotent'
@@ -54,7 +54,7 @@ core+='|TestConcurrentKeyedStartsMakeOneExecution|TestStartManyWithKeys|TestFail
 core+='|TestCompletedEventFiresOnce|TestCompleterGivesUpOnAHeldExecutionAndRecordsOnceItIsFree'
 core+='|TestLocalClaimStartsItsDeadlinesAfterTheLockWait|TestListFiltersAndSorts|TestHistoryListsEveryChange'
 core+='|TestInsightsFunnel|TestNewRefusesAGraphChangedUnderItsVersion|TestArchive|TestArchiveFreesTheKey'
-core+='|TestCancelStopsAnExecutionForGood|TestListByState)$'
+core+='|TestCancelStopsAnExecutionForGood|TestPauseHoldsWhatComesReadyUntilResume|TestListByState)$'
 echo "== the migrations distribute the tables by lane"
 TEST_DATABASE_URL=$url $GO test -race -count=1 -run '^TestMigrateDistributesOnCitus$' ./migrations
 echo "== the core runtime tests on Citus"

@@ -201,7 +201,7 @@ func TestExecutionsList(t *testing.T) {
 		{[]string{"--graph", "nope"}, `no replica has recorded graph "nope"`},
 		{[]string{"--graph", "shop", "--version", "v9"}, `graph "shop" version "v9"`},
 		{[]string{"--where", "nope=1"}, `no recorded graph version has a node "nope"`},
-		{[]string{"--state", "bogus"}, `unknown state "bogus": use one of archived, canceled, failed`},
+		{[]string{"--state", "bogus"}, `unknown state "bogus": use one of archived, canceled, paused, failed`},
 		{[]string{"--after", "yesterday"}, `bad cursor "yesterday"`},
 	} {
 		code, stdout, stderr := b.ops(t, append([]string{"executions", "list"}, tc.args...)...)
@@ -570,4 +570,21 @@ func TestRetryMany(t *testing.T) {
 		require.NoError(t, err)
 		require.JSONEq(t, `"receipt for charged bad"`, string(v.Raw))
 	}
+}
+
+// journey pause and resume: the execution is listed paused in between.
+func TestPauseAndResume(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	code, stdout, stderr := b.ops(t, "pause", b.okID)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "Done by replica "+opsReplica+".")
+	require.Equal(t, "paused", b.detail(t, b.okID).Execution.State)
+	code, stdout, stderr = b.ops(t, "executions", "list", "--state", "paused")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^`+b.okID+`\s+shop\s+v1\s+paused\s`, stdout)
+	require.NotContains(t, stdout, b.failedID)
+	code, _, stderr = b.ops(t, "resume", b.okID)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "idle", b.detail(t, b.okID).Execution.State)
 }

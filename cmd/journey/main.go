@@ -55,6 +55,8 @@ var commands = []command{
 	{name: "replicas", summary: "list the replicas, their heartbeat age and what they run", run: runReplicas},
 	{name: "retry", summary: "give a failed node a fresh attempt budget (ID NODE, or --graph G --node N for many)", run: runRetry},
 	{name: "archive", summary: "archive an execution (ID)", run: runAction(persistence.ActionArchive)},
+	{name: "pause", summary: "pause an execution: nothing of it is claimed until resume (ID)", run: runAction(persistence.ActionPause)},
+	{name: "resume", summary: "resume a paused execution (ID)", run: runAction(persistence.ActionResume)},
 	{name: "cancel", summary: "cancel an execution for good: stop its attempts (ID [-reason R])", run: runAction(persistence.ActionCancel)},
 	{name: "unarchive", summary: "unarchive an execution (ID)", run: runAction(persistence.ActionUnarchive)},
 	{name: "ui", summary: "serve the web dashboard on loopback (see journey ui -h)", run: runUI},
