@@ -244,16 +244,25 @@ func (u *ui) executions(w http.ResponseWriter, r *http.Request) {
 	u.render(w, r, "executions", "Executions", status, p)
 }
 
+// mayAct reports whether the dashboard may carry out the action that r posts: it is not
+// read-only, and the form carries the page's CSRF token. If not, it answers so.
+func (u *ui) mayAct(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case u.opts.ReadOnly:
+		http.Error(w, "Forbidden: the dashboard is read-only.", http.StatusForbidden)
+		return false
+	case !u.checkCSRF(r):
+		http.Error(w, "Forbidden: the form's CSRF token is missing or stale: reload the page and try again.", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
 // retryMany asks for a retry of a node in every failed execution of a graph that the list's
 // filters select (persistence.RetryWhere), and goes back to the list, which says how many.
 func (u *ui) retryMany(w http.ResponseWriter, r *http.Request) {
 	back := u.opts.BasePath + "/executions"
-	switch {
-	case u.opts.ReadOnly:
-		http.Error(w, "Forbidden: the dashboard is read-only.", http.StatusForbidden)
-		return
-	case !u.checkCSRF(r):
-		http.Error(w, "Forbidden: the form's CSRF token is missing or stale: reload the page and try again.", http.StatusForbidden)
+	if !u.mayAct(w, r) {
 		return
 	}
 	f := persistence.ExecutionFilter{Graph: r.PostFormValue("graph"), Version: r.PostFormValue("version")}
@@ -342,12 +351,7 @@ func describe(req persistence.Request) string {
 func (u *ui) act(w http.ResponseWriter, r *http.Request) {
 	id, action := r.PathValue("id"), r.PathValue("action")
 	back := u.opts.BasePath + "/executions/" + url.PathEscape(id)
-	switch {
-	case u.opts.ReadOnly:
-		http.Error(w, "Forbidden: the dashboard is read-only.", http.StatusForbidden)
-		return
-	case !u.checkCSRF(r):
-		http.Error(w, "Forbidden: the form's CSRF token is missing or stale: reload the page and try again.", http.StatusForbidden)
+	if !u.mayAct(w, r) {
 		return
 	}
 	arg := r.PostFormValue("node")

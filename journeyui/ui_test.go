@@ -513,10 +513,7 @@ func TestInsightsPageInBrowser(t *testing.T) {
 func TestCancelButton(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	srv := serve(t, b.opts)
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	client := &http.Client{Jar: jar}
+	srv, client := session(t, b.opts)
 	get := func(path string) string {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
 		require.NoError(t, err)
@@ -532,19 +529,10 @@ func TestCancelButton(t *testing.T) {
 	page := "/executions/" + b.okID
 	require.Contains(t, get(page), `<button id="cancel">`)
 
-	form := url.Values{"csrf": {csrfOf(t, client, srv.URL+page)}, "reason": {"customer asked"}}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+page+"/cancel", strings.NewReader(form.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := client.Do(req) // followed to the execution's page
-	require.NoError(t, err)
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	_ = resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Contains(t, string(body), `canceled: <span id="cancel-reason">customer asked</span>`)
-	require.Contains(t, string(body), `id="execution-state">canceled</span>`)
-	require.NotContains(t, string(body), `<button id="cancel">`)
+	body := postForm(t, client, srv.URL+page+"/cancel", url.Values{"csrf": {csrfOf(t, client, srv.URL+page)}, "reason": {"customer asked"}})
+	require.Contains(t, body, `canceled: <span id="cancel-reason">customer asked</span>`)
+	require.Contains(t, body, `id="execution-state">canceled</span>`)
+	require.NotContains(t, body, `<button id="cancel">`)
 	require.Contains(t, get("/executions?state=canceled"), "customer asked")
 }
 
@@ -553,27 +541,39 @@ func TestCancelButton(t *testing.T) {
 func TestRetryManyFromTheList(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	srv := serve(t, b.opts)
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	client := &http.Client{Jar: jar}
+	srv, client := session(t, b.opts)
 	list := "/executions?graph=shop&state=failed"
 	form := url.Values{"csrf": {csrfOf(t, client, srv.URL+list)}, "graph": {"shop"}, "where": {"order=bad"}, "node": {"charge"}}
 	b.fixed.Store(true)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/executions/retry", strings.NewReader(form.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := client.Do(req) // followed to the list
-	require.NoError(t, err)
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	_ = resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Contains(t, string(body), `Asked for a retry of node &#34;charge&#34; in 1 failed execution(s)`)
-	require.Contains(t, string(body), `id="retry-many"`, "the form, on the failed list of a graph")
+	body := postForm(t, client, srv.URL+"/executions/retry", form)
+	require.Contains(t, body, `Asked for a retry of node &#34;charge&#34; in 1 failed execution(s)`)
+	require.Contains(t, body, `id="retry-many"`, "the form, on the failed list of a graph")
 	require.Eventually(t, func() bool {
 		d, err := b.db.Inspect(t.Context(), b.failedID)
 		require.NoError(t, err)
 		return d.Execution.State == persistence.ExecIdle
 	}, 30*time.Second, 20*time.Millisecond, "the retry ran, and the charge succeeded")
+}
+
+// postForm posts form to target, follows the redirect, and returns the page it leads to.
+func postForm(t *testing.T, client *http.Client, target string, form url.Values) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, target, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	return string(body)
+}
+
+// session serves the dashboard with opts, and returns it with a client that keeps its cookies.
+func session(t *testing.T, opts journeyui.Options) (*httptest.Server, *http.Client) {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return serve(t, opts), &http.Client{Jar: jar}
 }

@@ -306,7 +306,7 @@ func (s *Store) ListPage(ctx context.Context, f ExecutionFilter) (*ExecutionPage
 	query := "SELECT " + rowColumns + ", " + stateExpr + " AS state FROM (SELECT " + s.executionRead("e", "") + " FROM (SELECT " +
 		cols("e", executionColumns) + from + " ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e) e ORDER BY e.created_at DESC, e.id DESC"
 	if s.citus {
-		query = "SELECT * FROM (SELECT " + rowColumns + ", " + stateExpr + " AS state FROM (SELECT " + s.executionRead("e", "") + from +
+		query = "SELECT " + cols("e", tableColumns[ExecutionRow]()) + " FROM (SELECT " + rowColumns + ", " + stateExpr + " AS state FROM (SELECT " + s.executionRead("e", "") + from +
 			") e ORDER BY e.created_at DESC, e.id DESC LIMIT ?) e ORDER BY e.created_at DESC, e.id DESC"
 	}
 	args = append(args, limit+1)
