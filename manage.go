@@ -68,6 +68,37 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	return r.store.SetPaused(ctx, id, false)
 }
 
+// PauseGraph pauses a graph version: no replica claims its work until ResumeGraph. The waiting
+// attempts of its executions wait PAUSED, which no claim reads, so a paused version costs the
+// claims of other graphs nothing; running attempts finish; the attempts that writes make
+// meanwhile (Starts, Sets, ticks come due) wait too. The replicas hear it by NOTIFY (a PollOnly
+// replica at its next heartbeat). Pausing a paused version changes nothing; a version that no
+// replica has recorded is ErrUnknownGraph.
+func (r *Runtime) PauseGraph(ctx context.Context, name, version string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.setGraphPaused(ctx, name, version, true)
+}
+
+// ResumeGraph resumes a paused graph version: what waits runs, in the order it came due; the
+// executions paused one by one (Pause) stay paused.
+func (r *Runtime) ResumeGraph(ctx context.Context, name, version string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.setGraphPaused(ctx, name, version, false)
+}
+
+// setGraphPaused pauses or resumes a graph version, and reads the paused versions again at once,
+// so that this replica's next claims and writes follow it without waiting for the NOTIFY.
+func (r *Runtime) setGraphPaused(ctx context.Context, name, version string, paused bool) error {
+	if _, err := r.store.SetGraphPaused(ctx, name, version, paused); err != nil {
+		return err
+	}
+	return r.store.RefreshPaused(ctx)
+}
+
 // Unarchive brings an archived execution back. If it was started with a key that another
 // unarchived execution of its graph holds by then, it fails with ErrKeyHeld and changes nothing.
 func (r *Runtime) Unarchive(ctx context.Context, id string) error {

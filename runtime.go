@@ -205,6 +205,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		return nil, fmt.Errorf("journey: %w", err)
 	}
+	if err := store.RefreshPaused(ctx); err != nil { // before the first claim
+		closeConn(listen)
+		r.closePool()
+		return nil, fmt.Errorf("journey: %w", err)
+	}
 	r.beat()
 	r.start(listen)
 	r.observing, err = tel.Observe(telemetry.Sampler{
@@ -310,7 +315,7 @@ func (r *Runtime) start(listen *pgx.Conn) {
 	}))
 	r.replica = root.Spawn(actors.NewReplicaHeartbeat(actors.ReplicaConfig{
 		Store: r.store, ReplicaID: r.cfg.ReplicaID, Interval: r.cfg.ReplicaHeartbeatInterval,
-		StaleAfter: r.cfg.ReplicaStaleAfter, Dispatcher: r.dispatcher, Logger: r.logger, OnBeat: r.beat,
+		StaleAfter: r.cfg.ReplicaStaleAfter, Dispatcher: r.dispatcher, Logger: r.logger, OnBeat: r.onBeat,
 		Identity: r.identity, OnHalt: func(err error) { r.halted.Store(&err) },
 	}))
 	r.http = &http.Client{Timeout: r.cfg.NotificationTimeout}
@@ -348,11 +353,13 @@ func (r *Runtime) start(listen *pgx.Conn) {
 		OnWork:      wake,
 		OnPromote:   func() { root.Send(r.dispatcher, actors.Promote{}) },
 		OnCancel:    func(id string) { root.Send(r.dispatcher, actors.CancelExecution{ID: id}) },
+		OnGraphs:    func() { r.refreshPaused(); wake() },
 		OnExecution: r.waiters.wake,
 		OnNotice:    func() { root.Send(r.delivery, actors.Wake{}) },
 		OnRequest:   func() { root.Send(r.sweeper, sweeper.Requests{}) },
 		Listening:   r.listening,
 		OnReconnect: func() {
+			r.refreshPaused()
 			wake()
 			root.Send(r.delivery, actors.Wake{})
 			root.Send(r.sweeper, sweeper.Requests{})
@@ -362,9 +369,28 @@ func (r *Runtime) start(listen *pgx.Conn) {
 	}))
 }
 
+// refreshPaused reads which graph versions are paused (PauseGraph), after a notification said
+// one changed; a failure leaves the last reading, which the next notification or reconnect mends.
+func (r *Runtime) refreshPaused() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.LockTimeout)
+	defer cancel()
+	if err := r.store.RefreshPaused(ctx); err != nil {
+		r.logger.Warn("reading the paused graph versions failed", "error", err)
+	}
+}
+
 // isHalted reports whether the replica has halted (see actors.ReplicaConfig.OnHalt): it claims,
 // sweeps and delivers nothing more.
 func (r *Runtime) isHalted() bool { return r.halted.Load() != nil }
+
+// onBeat follows each heartbeat: it notes it, and, where no NOTIFY announces a graph version
+// paused (Config.PollOnly), reads the paused versions.
+func (r *Runtime) onBeat() {
+	r.beat()
+	if r.cfg.PollOnly {
+		r.refreshPaused()
+	}
+}
 
 // beat notes that this replica has just written its heartbeat.
 func (r *Runtime) beat() { r.lastBeat.Store(time.Now().UnixNano()) }

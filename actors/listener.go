@@ -30,6 +30,8 @@ type ListenerConfig struct {
 	OnExecution func(id string, revision int64)
 	// OnCancel, if set, is called when an execution was canceled.
 	OnCancel func(id string)
+	// OnGraphs, if set, is called when a graph version was paused or resumed.
+	OnGraphs func()
 	// OnNotice is called when a lifecycle notification was claimed.
 	OnNotice func()
 	// OnRequest, if set, is called when an operator's request was recorded.
@@ -128,6 +130,8 @@ func (l *listener) listen(ctx context.Context) error {
 			l.cfg.OnWork()
 		case n.Payload == persistence.PayloadNotice:
 			l.cfg.OnNotice()
+		case n.Payload == persistence.PayloadGraphs && l.cfg.OnGraphs != nil:
+			l.cfg.OnGraphs()
 		case n.Payload == persistence.PayloadRequest && l.cfg.OnRequest != nil:
 			l.cfg.OnRequest()
 		case strings.HasPrefix(n.Payload, persistence.PayloadCancel) && l.cfg.OnCancel != nil:

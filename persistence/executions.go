@@ -114,6 +114,7 @@ func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, it
 				continue
 			}
 			st := newState(*e, rg, e.CreatedAt, nil)
+			st.held = s.held(st.graphKey())
 			st.caller, st.claims = true, !t.caller
 			st.traceparent = telemetry.Traceparent(ctx)
 			if err := st.advance(); err != nil {

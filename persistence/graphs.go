@@ -38,6 +38,8 @@ type GraphVersion struct {
 	Mermaid     string      `bun:"mermaid" json:"mermaid"`
 	FirstSeenAt time.Time   `bun:"first_seen_at" json:"first_seen_at"`
 	LastSeenAt  time.Time   `bun:"last_seen_at" json:"last_seen_at"`
+	// PausedAt is when the version was paused (PauseGraph), nil while it is not.
+	PausedAt *time.Time `bun:"paused_at" json:"paused_at,omitempty"`
 }
 
 // Node returns the recorded node of that name.

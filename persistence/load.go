@@ -206,6 +206,7 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 				ErrUnknownGraph, row.ID, row.GraphName, row.GraphVersion)
 		}
 		sts[i] = newState(row.Execution, g, row.Now, byID[row.ID])
+		sts[i].held = s.held(sts[i].graphKey())
 		sts[i].traceparent = telemetry.Traceparent(ctx)
 	}
 	return sts, nil

@@ -234,7 +234,7 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 		if delay > 0 {
 			runAt = st.now.Add(delay)
 		}
-	case st.exec.PausedAt != nil: // Resume makes it ready
+	case st.exec.PausedAt != nil || st.held: // Resume or ResumeGraph makes it ready
 		state = StatePaused
 		if delay > 0 {
 			runAt = st.now.Add(delay)
@@ -489,7 +489,7 @@ func (st *execState) setArchived(archived bool) {
 func (st *execState) makeReady(c *Computation) {
 	c.State, c.AvailableAt = StateAvailable, &st.now
 	switch {
-	case st.exec.PausedAt != nil:
+	case st.exec.PausedAt != nil || st.held:
 		c.State = StatePaused
 	case c.RunAt.After(st.now) || c.gated():
 		c.State = StatePending

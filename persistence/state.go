@@ -54,6 +54,9 @@ type execState struct {
 	work     bool              // a computation became AVAILABLE: NOTIFY the dispatchers
 	changed  bool              // a value or a node's outcome changed: NOTIFY the waiters
 	promote  bool              // a gated attempt was created or freed a slot: promote now
+	// held: the execution's graph version is paused (PauseGraph), as this replica last heard:
+	// the attempts it makes wait PAUSED, as in a paused execution.
+	held bool
 	// caller: the write is a caller's Set or Start, which a concurrency key that cannot be stored
 	// fails (ErrInvalidValue), changing nothing; elsewhere such a key fails its node.
 	caller bool

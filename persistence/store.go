@@ -167,7 +167,8 @@ type Store struct {
 	graphs      map[string]*graph.Graph
 	idle        map[string]bool // the graphs whose executions start idle (startsIdle), by GraphKey
 	keys        []string
-	computed    [2][]string // the graph key and the name of each node served that is not an input
+	paused      atomic.Pointer[map[string]bool] // the paused graph keys, as RefreshPaused last read them
+	computed    [2][]string                     // the graph key and the name of each node served that is not an input
 	clock       clock.Clock
 	logger      *slog.Logger
 	onSave      func(g *graph.Graph, e graph.SaveEvent)

@@ -144,10 +144,12 @@ type benchConfig struct {
 	rate          float64
 	shape         string
 	start         string // the open loop's: "set", "values" or "tx"
+	fromCommit    bool   // -start tx: time from the COMMIT, not from the BEGIN
 	replicas      int
 	workers       int
 	producers     int
 	backlog       int
+	paused        int
 	finishedRows  int
 	finishedAge   time.Duration
 	prunable      bool   // -finished-age given: the finished rows have what retention deletes
@@ -231,6 +233,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.IntVar(&cfg.producers, "producers", 16, "the goroutines that start executions, for -n; for -duration, 1 unless set")
 	fs.IntVar(&cfg.backlog, "backlog", 10000, "continuous: the `computations` the producers keep waiting to run")
 	fs.IntVar(&cfg.finishedRows, "finished-rows", 0, "first insert this many finished executions, with their values and computations")
+	fs.IntVar(&cfg.paused, "paused", 0, "first start this many executions of another graph that the replicas serve, "+
+		"bench_paused, whose version is paused (PauseGraph): their work waits beside the measured graph's")
 	fs.DurationVar(&cfg.finishedAge, "finished-age", 0, "give the -finished-rows what retention deletes (the input set twice: an "+
 		"attempt superseded, values replaced), dated this much earlier: past the replicas' Retention (7 days), their "+
 		"sweepers delete it while they are measured; 0 to compare")
@@ -250,6 +254,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.StringVar(&cfg.start, "start", "set", "open loop: how each execution starts, and what its latency times: set (Start, "+
 		"then Set the input; from the Set), values (Start with the input; from the Start), or tx (StartTx with the input in a "+
 		"transaction of its own, then COMMIT; from the BEGIN)")
+	fs.BoolVar(&cfg.fromCommit, "from-commit", false, "-start tx: time each execution from the application's COMMIT, "+
+		"not from its BEGIN: what the runtime adds once the application commits")
 	fs.BoolVar(&cfg.keyed, "keyed", false, "start each execution with a key of its own (journey.WithKey, WithKeys), "+
 		"for what a keyed Start costs beside an unkeyed one")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", 0, "the compute nodes' heartbeat `interval`, their heartbeat timeout 10 times it "+
@@ -290,6 +296,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		return bad("-start applies to the open loop (-rate) only")
 	case cfg.start != "set" && cfg.start != "values" && cfg.start != "tx":
 		return bad("-start %q is not one of set, values, tx", cfg.start)
+	case cfg.fromCommit && cfg.start != "tx":
+		return bad("-from-commit applies to -start tx only")
 	}
 	if _, ok := benchShapes[cfg.shape]; !ok {
 		return bad("-graph %q is not one of one, chain5, fanout10, gated", cfg.shape)
@@ -311,7 +319,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		{"finished-rows", float64(cfg.finishedRows), 0}, {"finished-age", cfg.finishedAge.Seconds(), 0},
 		{"top-statements", float64(cfg.topStatements), 0}, {"hold", cfg.hold.Seconds(), 0},
 		{"heartbeat", cfg.heartbeat.Seconds(), 0.001}, {"keys", float64(cfg.keys), 0},
-		{"max-parallel", float64(cfg.maxParallel), 0},
+		{"max-parallel", float64(cfg.maxParallel), 0}, {"paused", float64(cfg.paused), 0},
 	} {
 		if (set[f.name] || f.name == "replicas" || f.name == "workers" || f.name == "producers") && f.value < f.min {
 			return bad("-%s is %s: it must be at least %g", f.name, fs.Lookup(f.name).Value, f.min)
@@ -682,6 +690,11 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 		fmt.Fprintf(b.env.stdout, "bench: inserted %d finished executions in %s; the schema takes %d MB on disk\n",
 			b.cfg.finishedRows, took, size>>20)
 	}
+	if b.cfg.paused > 0 {
+		if err := b.startPaused(ctx, rt); err != nil {
+			return err
+		}
+	}
 	if b.rowsBase, err = b.db.rowWrites(ctx, b.cfg.schema); err != nil {
 		return err
 	}
@@ -919,15 +932,47 @@ func (b *benchmark) runtimeConfig(g *graph.Graph, name string, workers int) jour
 	if b.cfg.pooler {
 		listen = b.url
 	}
+	graphs := []*graph.Graph{g}
+	if b.cfg.paused > 0 {
+		graphs = append(graphs, pausedGraph)
+	}
 	return journey.Config{
 		DatabaseURL: conn,
 		ListenURL:   listen,
 		Schema:      b.cfg.schema,
-		Graphs:      []*graph.Graph{g},
+		Graphs:      graphs,
 		ReplicaID:   fmt.Sprintf("bench-%s-%d", name, os.Getpid()),
 		MaxWorkers:  workers,
 		Logger:      b.logger,
 	}
+}
+
+// pausedGraph is the graph of -paused: its version is paused before its executions start.
+var pausedGraph = graph.MustNew("bench_paused", "v1", []graph.Node{
+	graph.Input("x"),
+	graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return in.Int("x"), nil }),
+})
+
+// startPaused pauses bench_paused's version, and starts -paused executions of it, whose
+// computations wait PAUSED.
+func (b *benchmark) startPaused(ctx context.Context, rt *journey.Runtime) error {
+	began := time.Now()
+	if err := rt.PauseGraph(ctx, pausedGraph.Name(), pausedGraph.Version()); err != nil {
+		return err
+	}
+	for done := 0; done < b.cfg.paused; {
+		inputs := make([]map[string]any, min(1000, b.cfg.paused-done))
+		for i := range inputs {
+			inputs[i] = map[string]any{"x": done + i}
+		}
+		if _, err := rt.StartMany(ctx, pausedGraph, inputs); err != nil {
+			return fmt.Errorf("starting the paused executions: %w", err)
+		}
+		done += len(inputs)
+	}
+	fmt.Fprintf(b.env.stdout, "bench: started %d executions of the paused graph bench_paused in %s\n",
+		b.cfg.paused, time.Since(began).Round(time.Millisecond))
+	return nil
 }
 
 // startReplicas starts the measured replicas, at once.
@@ -1093,6 +1138,9 @@ func (b *benchmark) startOne(ctx context.Context, rt *journey.Runtime) (*journey
 		ex, err := rt.StartTx(ctx, tx, b.measured, journey.WithKey(b.key()), values)
 		if err == nil {
 			err = tx.Commit(ctx)
+		}
+		if b.cfg.fromCommit {
+			t0 = time.Now()
 		}
 		if err != nil {
 			return nil, t0, fmt.Errorf("starting an execution in a transaction: %w", err)

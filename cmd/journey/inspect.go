@@ -192,6 +192,9 @@ func runGraphs(ctx context.Context, env *environment, args []string) int {
 		if replicas == "" {
 			replicas = "none live"
 		}
+		if g.PausedAt != nil {
+			replicas = "PAUSED " + at(g.PausedAt) + "; " + replicas
+		}
 		rows = append(rows, []string{g.Name, g.Version, fmt.Sprint(len(g.Nodes)), replicas, fmt.Sprint(g.Executions),
 			fmt.Sprint(g.States[persistence.ExecFailed]), fmt.Sprint(g.States[persistence.ExecRunning]),
 			fmt.Sprint(g.States[persistence.ExecWaiting]), fmt.Sprint(g.States[persistence.ExecArchived]), at(&g.LastSeenAt),
@@ -360,6 +363,15 @@ func showExecution(w io.Writer, d *persistence.ExecutionDetail) {
 		fmt.Fprintf(w, ", archived %s", at(e.ArchivedAt))
 	}
 	fmt.Fprintln(w)
+	switch {
+	case e.CancelReason != nil:
+		fmt.Fprintf(w, "canceled: %s\n", *e.CancelReason)
+	case e.FailedNode != "":
+		fmt.Fprintf(w, "failed at %s: %s\n", e.FailedNode, e.FailedError)
+	}
+	if d.Graph != nil && d.Graph.PausedAt != nil {
+		fmt.Fprintf(w, "its graph version is paused since %s: journey resume --graph %s --version %s\n", at(d.Graph.PausedAt), e.Graph, e.Version)
+	}
 
 	fmt.Fprintln(w, "\nValues:")
 	rows := make([][]string, 0, len(d.Values))
@@ -476,10 +488,7 @@ func runReplicas(ctx context.Context, env *environment, args []string) int {
 // runRetry is journey retry: of a node of one execution (ID NODE), or, with --graph, of a node in
 // every failed execution of a graph that the filters select.
 func runRetry(ctx context.Context, env *environment, args []string) int {
-	if !slices.ContainsFunc(args, func(a string) bool {
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		return strings.HasPrefix(a, "-") && name == "graph"
-	}) {
+	if !hasGraphFlag(args) {
 		return runAction(persistence.ActionRetry)(ctx, env, args)
 	}
 	fs, of := newOpsFlagSet(env, "retry", "--graph G --node N [--version V] [--where node=value ...] [--dry-run] [-schema name] [-json]",
@@ -523,6 +532,53 @@ func runRetry(ctx context.Context, env *environment, args []string) int {
 		return fail(env, "retry", err)
 	}
 	return 0
+}
+
+// hasGraphFlag reports whether args give --graph: the command acts on a graph, not on an
+// execution.
+func hasGraphFlag(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return strings.HasPrefix(a, "-") && name == "graph"
+	})
+}
+
+// runPause is journey pause or resume (paused false): of one execution (ID), or of a graph
+// version (--graph G --version V), which needs no replica: it is one transaction.
+func runPause(paused bool) func(ctx context.Context, env *environment, args []string) int {
+	action := persistence.ActionPause
+	if !paused {
+		action = persistence.ActionResume
+	}
+	return func(ctx context.Context, env *environment, args []string) int {
+		if !hasGraphFlag(args) {
+			return runAction(action)(ctx, env, args)
+		}
+		fs, of := newOpsFlagSet(env, action, "--graph G --version V [-schema name]",
+			action+" --graph "+action+"s a graph version: while it is paused no replica claims its work, and what "+
+				"waits, or comes ready, waits PAUSED; running attempts finish.")
+		name := fs.String("graph", "", "the `graph`")
+		version := fs.String("version", "", "its `version`")
+		if _, code, ok := parseArgs(env, fs, args); !ok {
+			return code
+		}
+		store, closeDB, ok := openStore(ctx, env, action, *of.schema)
+		if !ok {
+			return 1
+		}
+		defer closeDB()
+		changed, err := store.SetGraphPaused(ctx, *name, *version, paused)
+		if err != nil {
+			return fail(env, action, err)
+		}
+		state := map[bool]string{true: "paused", false: "running"}[paused]
+		if !changed {
+			fmt.Fprintf(env.stdout, "Graph %q version %q was %s already.\n", *name, *version, state)
+			return 0
+		}
+		fmt.Fprintf(env.stdout, "Graph %q version %q is %s.\n", *name, *version, state)
+		return 0
+	}
 }
 
 const actionDescription = `%s records the request in the database. A replica that serves the execution's graph version

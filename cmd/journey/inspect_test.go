@@ -588,3 +588,30 @@ func TestPauseAndResume(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, "idle", b.detail(t, b.okID).Execution.State)
 }
+
+// journey pause --graph pauses a graph version, which journey graphs shows, and resume resumes it.
+func TestPauseGraph(t *testing.T) {
+	t.Parallel()
+	b := setupOps(t)
+	code, stdout, stderr := b.ops(t, "pause", "--graph", "shop", "--version", "v1")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "Graph \"shop\" version \"v1\" is paused.\n", stdout)
+	code, stdout, _ = b.ops(t, "pause", "--graph", "shop", "--version", "v1")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "was paused already")
+	code, stdout, _ = b.ops(t, "graphs")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^shop\s+v1\s+\d+\s+PAUSED `, stdout)
+	code, stdout, _ = b.ops(t, "executions", "show", b.failedID)
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "failed at charge: card declined\nits graph version is paused since ")
+	code, _, stderr = b.ops(t, "pause", "--graph", "nope", "--version", "v1")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `no replica has recorded graph "nope" version "v1"`)
+	code, stdout, stderr = b.ops(t, "resume", "--graph", "shop", "--version", "v1")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "Graph \"shop\" version \"v1\" is running.\n", stdout)
+	code, stdout, _ = b.ops(t, "graphs")
+	require.Equal(t, 0, code)
+	require.NotContains(t, stdout, "PAUSED")
+}

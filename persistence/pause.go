@@ -1,0 +1,101 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+)
+
+// PayloadGraphs is the NOTIFY payload that announces a graph version paused or resumed: the
+// replicas read the paused versions again (RefreshPaused).
+const PayloadGraphs = "g"
+
+// SetGraphPaused pauses or resumes a graph version, with no graph code, in one transaction: it
+// marks the version, and moves the waiting attempts of its executions to PAUSED, or, resuming,
+// makes those of executions not paused themselves ready again, each keeping its run_at. The
+// replicas learn it by NOTIFY: from then on they claim none of the version's work, and their
+// writes make its attempts PAUSED (see execState.held). An attempt that a replica made in the
+// moment before it heard waits AVAILABLE or PENDING, unclaimed, and runs after the resume. It
+// reports whether the version changed; a version no replica has recorded is ErrUnknownGraph.
+func (s *Store) SetGraphPaused(ctx context.Context, name, version string, paused bool) (bool, error) {
+	if err := checkTexts("graph", name, "version", version); err != nil {
+		return false, err
+	}
+	changed := false
+	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		var versions []GraphVersion
+		err := tx.NewRaw(s.q(`SELECT `+cols("", versionColumns)+` FROM {s}.graph_versions WHERE graph_name = ? AND graph_version = ?
+			FOR UPDATE`), name, version).Scan(ctx, &versions)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("reading graph %q version %q: %w", name, version, err)
+		}
+		switch {
+		case len(versions) == 0:
+			return fmt.Errorf("%w: no replica has recorded graph %q version %q in schema %s", ErrUnknownGraph, name, version, s.schema)
+		case (versions[0].PausedAt != nil) == paused:
+			return nil
+		}
+		changed = true
+		key := GraphKey(name, version)
+		if _, err := tx.NewRaw(s.q(`UPDATE {s}.graph_versions SET paused_at = CASE WHEN ? THEN coalesce(?::timestamptz, now()) END
+			WHERE graph_name = ? AND graph_version = ?`), paused, s.clock.NowOrNil(), name, version).Exec(ctx); err != nil {
+			return fmt.Errorf("marking graph %q version %q: %w", name, version, err)
+		}
+		move := tx.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'PAUSED' WHERE n.graph_key = ? AND n.state IN ('PENDING', 'AVAILABLE')`), key)
+		if !paused {
+			move = tx.NewRaw(s.q(`UPDATE {s}.nodes n SET available_at = coalesce(?1::timestamptz, now()),
+					state = CASE WHEN n.run_at <= coalesce(?1::timestamptz, now()) AND n.concurrency_key IS NULL AND n.max_parallel IS NULL
+						THEN 'AVAILABLE' ELSE 'PENDING' END
+				FROM {s}.executions e
+				WHERE e.lane = n.lane AND e.id = n.execution_id AND n.graph_key = ?0 AND n.state = 'PAUSED' AND e.paused_at IS NULL`),
+				key, s.clock.NowOrNil())
+		}
+		if _, err := move.Exec(ctx); err != nil {
+			return fmt.Errorf("moving the waiting attempts of graph %q version %q: %w", name, version, err)
+		}
+		for _, payload := range []string{PayloadGraphs, PayloadPromote, PayloadWork} {
+			if err := s.notify(ctx, tx, payload); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return changed, err
+}
+
+// RefreshPaused reads which graph versions are paused, for the claims and writes of this replica.
+func (s *Store) RefreshPaused(ctx context.Context) error {
+	var keys []string
+	err := s.db.NewRaw(s.q(`SELECT graph_name || '@' || graph_version FROM {s}.graph_versions WHERE paused_at IS NOT NULL`)).Scan(ctx, &keys)
+	if err != nil && !isNoRows(err) {
+		return fmt.Errorf("reading the paused graph versions: %w", err)
+	}
+	paused := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		paused[k] = true
+	}
+	s.paused.Store(&paused)
+	return nil
+}
+
+// held reports whether graph key is paused, as this replica last heard.
+func (s *Store) held(key string) bool {
+	p := s.paused.Load()
+	return p != nil && (*p)[key]
+}
+
+// claimKeys are the served graph keys that are not paused, as this replica last heard.
+func (s *Store) claimKeys() []string {
+	p := s.paused.Load()
+	if p == nil || len(*p) == 0 {
+		return s.keys
+	}
+	keys := make([]string, 0, len(s.keys))
+	for _, k := range s.keys {
+		if !(*p)[k] {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
