@@ -44,12 +44,15 @@ func (s *Store) SetGraphPaused(ctx context.Context, name, version string, paused
 		}
 		move := tx.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'PAUSED' WHERE n.graph_key = ? AND n.state IN ('PENDING', 'AVAILABLE')`), key)
 		if !paused {
-			move = tx.NewRaw(s.q(`UPDATE {s}.nodes n SET available_at = coalesce(?1::timestamptz, now()),
-					state = CASE WHEN n.run_at <= coalesce(?1::timestamptz, now()) AND n.concurrency_key IS NULL AND n.max_parallel IS NULL
-						THEN 'AVAILABLE' ELSE 'PENDING' END
+			now, err := s.now(ctx, tx) // a value: Citus refuses now() in a CASE
+			if err != nil {
+				return err
+			}
+			move = tx.NewRaw(s.q(`UPDATE {s}.nodes n SET available_at = ?1,
+					state = CASE WHEN n.run_at <= ?1 AND n.concurrency_key IS NULL AND n.max_parallel IS NULL THEN 'AVAILABLE' ELSE 'PENDING' END
 				FROM {s}.executions e
 				WHERE e.lane = n.lane AND e.id = n.execution_id AND n.graph_key = ?0 AND n.state = 'PAUSED' AND e.paused_at IS NULL`),
-				key, s.clock.NowOrNil())
+				key, now)
 		}
 		if _, err := move.Exec(ctx); err != nil {
 			return fmt.Errorf("moving the waiting attempts of graph %q version %q: %w", name, version, err)

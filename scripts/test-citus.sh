@@ -54,7 +54,7 @@ core+='|TestConcurrentKeyedStartsMakeOneExecution|TestStartManyWithKeys|TestFail
 core+='|TestCompletedEventFiresOnce|TestCompleterGivesUpOnAHeldExecutionAndRecordsOnceItIsFree'
 core+='|TestLocalClaimStartsItsDeadlinesAfterTheLockWait|TestListFiltersAndSorts|TestHistoryListsEveryChange'
 core+='|TestInsightsFunnel|TestNewRefusesAGraphChangedUnderItsVersion|TestArchive|TestArchiveFreesTheKey'
-core+='|TestCancelStopsAnExecutionForGood|TestPauseHoldsWhatComesReadyUntilResume|TestListByState)$'
+core+='|TestCancelStopsAnExecutionForGood|TestPauseHoldsWhatComesReadyUntilResume|TestPauseGraphHoldsItsWorkOnly|TestListByState)$'
 echo "== the migrations distribute the tables by lane"
 TEST_DATABASE_URL=$url $GO test -race -count=1 -run '^TestMigrateDistributesOnCitus$' ./migrations
 echo "== the core runtime tests on Citus"
