@@ -102,3 +102,69 @@ func (s *Store) claimKeys() []string {
 	}
 	return keys
 }
+
+// revivePaused makes ready, up to limit a lane, the PAUSED attempts that nothing pauses any more:
+// of graph versions that run, in executions that are not paused. A replica that had not heard of
+// a ResumeGraph yet made them so, and they would wait for good. The versions that run are read
+// FOR SHARE, in the transaction of the update: a PauseGraph waits for it, and it for a PauseGraph
+// under way, so that it never revives what a pause has just made PAUSED. Most passes find
+// nothing to revive, in nodes_paused_idx, and stop there.
+func (s *Store) revivePaused(ctx context.Context, limit int) error {
+	const stale = `FROM {s}.nodes c JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
+		WHERE c.state = 'PAUSED' AND c.graph_key IN (?) AND e.paused_at IS NULL`
+	running := func(ctx context.Context, db bun.IDB, lock string) ([]string, error) {
+		var keys []string
+		err := db.NewRaw(s.q(`SELECT graph_name || '@' || graph_version FROM {s}.graph_versions WHERE paused_at IS NULL
+			ORDER BY graph_name, graph_version`+lock)).Scan(ctx, &keys)
+		if err != nil && !isNoRows(err) {
+			return nil, fmt.Errorf("reading the graph versions that run: %w", err)
+		}
+		return append(keys, ""), nil // IN () is not SQL
+	}
+	keys, err := running(ctx, s.db, "")
+	if err != nil {
+		return err
+	}
+	lanes, err := s.lanesWith(ctx, s.db, `SELECT c.lane `+stale, bun.List(keys))
+	var found bool
+	if err == nil && len(lanes) > 0 {
+		err = s.db.NewRaw(s.q(`SELECT EXISTS (SELECT 1 `+stale+`)`), bun.List(keys)).Scan(ctx, &found)
+	}
+	if err != nil || !found {
+		return err
+	}
+	return s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		keys, err := running(ctx, tx, " FOR SHARE")
+		if err != nil {
+			return err
+		}
+		now, err := s.now(ctx, tx)
+		if err != nil {
+			return err
+		}
+		revived := 0
+		for _, lane := range lanes {
+			var ids []int64
+			err := tx.NewRaw(s.q(`UPDATE {s}.nodes n SET available_at = ?,
+					state = CASE WHEN n.run_at <= ? AND n.concurrency_key IS NULL AND n.max_parallel IS NULL THEN 'AVAILABLE' ELSE 'PENDING' END
+				FROM (SELECT c.lane, c.execution_id, c.node `+stale+lanePin("c", lane)+lanePin("e", lane)+`
+					LIMIT ? FOR UPDATE OF c, e SKIP LOCKED) l
+				WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node`+lanePin("n", lane)+`
+				RETURNING n.attempt_id`), now, now, bun.List(keys), limit).Scan(ctx, &ids)
+			if err != nil && !isNoRows(err) {
+				return fmt.Errorf("making ready the attempts that no pause holds: %w", err)
+			}
+			revived += len(ids)
+		}
+		if revived == 0 {
+			return nil
+		}
+		s.logger.Warn("made ready attempts left PAUSED by a replica that had not heard of a resume", "attempts", revived)
+		for _, payload := range []string{PayloadPromote, PayloadWork} {
+			if err := s.notify(ctx, tx, payload); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

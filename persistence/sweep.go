@@ -160,6 +160,9 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 		}
 		res.Canceled += len(canceled)
 	}
+	if err := s.revivePaused(ctx, opts.Limit); err != nil {
+		return res, err
+	}
 	if res.Promoted, err = s.PromoteDue(ctx); err != nil {
 		return res, err
 	}

@@ -10,5 +10,7 @@ ALTER TABLE {{schema}}.nodes ADD CONSTRAINT nodes_state_check
 ALTER TABLE {{schema}}.requests DROP CONSTRAINT IF EXISTS requests_action_check;
 ALTER TABLE {{schema}}.requests ADD CONSTRAINT requests_action_check
     CHECK (action IN ('retry', 'archive', 'unarchive', 'cancel', 'pause', 'resume'));
--- A graph version paused (Runtime.PauseGraph): no replica claims its work until ResumeGraph.
+-- A graph version paused (Runtime.PauseGraph): no replica claims its work until ResumeGraph. The
+-- sweep finds the PAUSED attempts of versions that run again (revivePaused) in this index.
 ALTER TABLE {{schema}}.graph_versions ADD COLUMN IF NOT EXISTS paused_at timestamptz;
+CREATE INDEX IF NOT EXISTS nodes_paused_idx ON {{schema}}.nodes (graph_key) WHERE state = 'PAUSED';
