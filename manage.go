@@ -243,7 +243,7 @@ type ListQuery struct {
 	// IncludeArchived includes archived executions.
 	IncludeArchived bool
 	// State, when set, keeps the executions in that state, as `journey executions list --state`
-	// and the dashboard show it: archived, canceled, failed, running, waiting, completed or idle
+	// and the dashboard show it: archived, canceled, paused, failed, running, waiting, completed or idle
 	// (the first that applies). State "archived" includes the archived executions.
 	State string
 }
