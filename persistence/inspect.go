@@ -194,25 +194,28 @@ type ExecutionRow struct {
 	// CancelReason is why the execution was canceled, if it was.
 	CancelReason *string `bun:"cancel_reason" json:"cancel_reason,omitempty"`
 	// FailedNode, in the failed state, is the node that failed for good first, and FailedError
-	// the first line of its error.
-	FailedNode  string `bun:"failed_node" json:"failed_node,omitempty"`
-	FailedError string `bun:"failed_error" json:"failed_error,omitempty"`
+	// the first line of its error (see tidy).
+	FailedNode  string `bun:"-" json:"failed_node,omitempty"`
+	FailedError string `bun:"-" json:"failed_error,omitempty"`
+	// Failed is the node that failed for good first, a newline, and the first line of its error,
+	// as one lookup reads them; "" if none failed. tidy reads it.
+	Failed string `bun:"failed" json:"-"`
 }
 
 // rowColumns are the columns of an ExecutionRow but its state, read from a row e of executions:
-// the node that failed for good first, if any, and the first line of its error (see tidy).
+// with the node that failed for good first, if any, and the first line of its error, in one
+// lookup (a node's name holds no newline).
 const rowColumns = `e.id, e.graph_name, e.graph_version, e.key, e.revision, e.created_at, e.updated_at, e.archived_at,
-	e.cancel_reason, coalesce((SELECT n.node FROM {s}.nodes n WHERE n.lane = e.lane AND n.execution_id = e.id
-		AND n.state IN ('FAILED', 'ABANDONED') ORDER BY n.finished_at, n.node LIMIT 1), '') AS failed_node,
-	coalesce((SELECT split_part(n.error, E'\n', 1) FROM {s}.nodes n WHERE n.lane = e.lane AND n.execution_id = e.id
-		AND n.state IN ('FAILED', 'ABANDONED') ORDER BY n.finished_at, n.node LIMIT 1), '') AS failed_error`
+	e.cancel_reason, coalesce((SELECT n.node || E'\n' || split_part(coalesce(n.error, ''), E'\n', 1) FROM {s}.nodes n
+		WHERE n.lane = e.lane AND n.execution_id = e.id AND n.state IN ('FAILED', 'ABANDONED')
+		ORDER BY n.finished_at, n.node LIMIT 1), '') AS failed`
 
-// tidy keeps the failed node of rows in the failed state only: after a Retry, or in an execution
-// canceled or archived, it is not why the execution stopped.
+// tidy sets the failed node of the rows in the failed state only: after a Retry, or in an
+// execution canceled or archived, it is not why the execution stopped.
 func tidy(rows []ExecutionRow) {
 	for i := range rows {
-		if rows[i].State != ExecFailed {
-			rows[i].FailedNode, rows[i].FailedError = "", ""
+		if rows[i].State == ExecFailed {
+			rows[i].FailedNode, rows[i].FailedError, _ = strings.Cut(rows[i].Failed, "\n")
 		}
 	}
 }

@@ -48,8 +48,7 @@ func (s *Store) SetGraphPaused(ctx context.Context, name, version string, paused
 			if err != nil {
 				return err
 			}
-			move = tx.NewRaw(s.q(`UPDATE {s}.nodes n SET available_at = ?1,
-					state = CASE WHEN n.run_at <= ?1 AND n.concurrency_key IS NULL AND n.max_parallel IS NULL THEN 'AVAILABLE' ELSE 'PENDING' END
+			move = tx.NewRaw(s.q(`UPDATE {s}.nodes n SET available_at = ?1, state = `+readyState("?1")+`
 				FROM {s}.executions e
 				WHERE e.lane = n.lane AND e.id = n.execution_id AND n.graph_key = ?0 AND n.state = 'PAUSED' AND e.paused_at IS NULL`),
 				key, now)
@@ -65,6 +64,12 @@ func (s *Store) SetGraphPaused(ctx context.Context, name, version string, paused
 		return nil
 	})
 	return changed, err
+}
+
+// readyState is the state of a PAUSED attempt n made ready at now: AVAILABLE if it is due and
+// waits for no concurrency key or limit, else PENDING, for its time or its promotion.
+func readyState(now string) string {
+	return `CASE WHEN n.run_at <= ` + now + ` AND n.concurrency_key IS NULL AND n.max_parallel IS NULL THEN 'AVAILABLE' ELSE 'PENDING' END`
 }
 
 // RefreshPaused reads which graph versions are paused, for the claims and writes of this replica.
@@ -145,8 +150,7 @@ func (s *Store) revivePaused(ctx context.Context, limit int) error {
 		revived := 0
 		for _, lane := range lanes {
 			var ids []int64
-			err := tx.NewRaw(s.q(`UPDATE {s}.nodes n SET available_at = ?,
-					state = CASE WHEN n.run_at <= ? AND n.concurrency_key IS NULL AND n.max_parallel IS NULL THEN 'AVAILABLE' ELSE 'PENDING' END
+			err := tx.NewRaw(s.q(`UPDATE {s}.nodes n SET available_at = ?, state = `+readyState("?")+`
 				FROM (SELECT c.lane, c.execution_id, c.node `+stale+lanePin("c", lane)+lanePin("e", lane)+`
 					LIMIT ? FOR UPDATE OF c, e SKIP LOCKED) l
 				WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node`+lanePin("n", lane)+`
