@@ -46,6 +46,8 @@ type Execution struct {
 	CancelReason string     `json:",omitempty"`
 	// PausedAt is when the execution was paused (Pause), nil while it is not.
 	PausedAt *time.Time `json:",omitempty"`
+	// Priority is the execution's priority (WithPriority), 0 for none.
+	Priority int `json:",omitempty"`
 }
 
 func toExecution(e *persistence.Execution) *Execution {
@@ -53,7 +55,7 @@ func toExecution(e *persistence.Execution) *Execution {
 		ID: e.ID, Graph: e.GraphName, Version: e.GraphVersion, Revision: e.Revision,
 		ArchivedAt: e.ArchivedAt, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 		Key: deref(e.Key), Existing: e.Existing, CanceledAt: e.CanceledAt, CancelReason: deref(e.CancelReason),
-		PausedAt: e.PausedAt,
+		PausedAt: e.PausedAt, Priority: int(e.Priority),
 	}
 }
 
@@ -117,8 +119,9 @@ func (r *Runtime) check() error {
 type StartOption func(*startOptions)
 
 type startOptions struct {
-	values map[string]any
-	key    string
+	values   map[string]any
+	key      string
+	priority int
 }
 
 // WithValues starts the execution with these input values set, as one change: the execution
@@ -142,6 +145,13 @@ func WithValues(values map[string]any) StartOption {
 // refuses another (ErrSingleton).
 func WithKey(key string) StartOption {
 	return func(o *startOptions) { o.key = key }
+}
+
+// WithPriority starts the execution with priority p, from 0 (the default) to graph.MaxPriority,
+// which adds to the graph.Priority of each of its nodes: its attempts go ahead of others that
+// became ready up to p minutes after them (see graph.Priority, which says how nothing starves).
+func WithPriority(p int) StartOption {
+	return func(o *startOptions) { o.priority = p }
 }
 
 // checkKey returns the error of key, given to a start of g, before any SQL: a singleton graph
@@ -203,11 +213,11 @@ func (r *Runtime) StartTx(ctx context.Context, tx Tx, g *graph.Graph, opts ...St
 		return nil, err
 	}
 	return traced(ctx, r, "journey.StartTx", graphAttrs(g), func(ctx context.Context) (*Execution, error) {
-		set, key, err := r.startArgs(g, opts)
+		set, o, err := r.startArgs(g, opts)
 		if err != nil {
 			return nil, err
 		}
-		execs, err := r.store.CreateExecutionsIn(ctx, caller, g, []map[string]json.RawMessage{set}, []string{key}, nil)
+		execs, err := r.store.CreateExecutionsIn(ctx, caller, g, []map[string]json.RawMessage{set}, []string{o.key}, nil, []int16{o.prio()})
 		if err != nil {
 			return nil, err
 		}
@@ -248,54 +258,71 @@ func callerOf(what string, tx Tx) (persistence.Caller, error) {
 	return persistence.Caller{}, fmt.Errorf("journey: %s was given no transaction: pass the application's transaction, a pgx.Tx, a *sql.Tx or a bun.Tx", what)
 }
 
-// startArgs are the values and the key of a Start of g with opts, checked.
-func (r *Runtime) startArgs(g *graph.Graph, opts []StartOption) (map[string]json.RawMessage, string, error) {
+// startArgs are the values and the options of a Start of g with opts, checked.
+func (r *Runtime) startArgs(g *graph.Graph, opts []StartOption) (map[string]json.RawMessage, startOptions, error) {
 	var o startOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if err := checkKey(g, o.key); err != nil {
-		return nil, "", err
+		return nil, o, err
+	}
+	if _, err := priority(o.priority); err != nil {
+		return nil, o, err
 	}
 	set, err := r.inputs(g, o.values)
-	return set, o.key, err
+	return set, o, err
+}
+
+// prio is the priority of o, as the store takes it.
+func (o startOptions) prio() int16 { return int16(o.priority) }
+
+// priority checks p, a priority that a Start was given, and returns it as the store takes it.
+func priority(p int) (int16, error) {
+	if p < 0 || p > graph.MaxPriority {
+		return 0, fmt.Errorf("%w: priority %d must be from 0 to %d; higher goes first", ErrInvalidValue, p, graph.MaxPriority)
+	}
+	return int16(p), nil
 }
 
 // startOne is Start, in its span.
 func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOption) (*Execution, error) {
-	set, key, err := r.startArgs(g, opts)
+	set, o, err := r.startArgs(g, opts)
 	if err != nil {
 		return nil, err
 	}
+	key, prio := o.key, o.prio()
 	// The id is chosen before the first try: a try made again, when the COMMIT of the one before
 	// got no answer, gets the execution that one made, if it did, instead of a second.
 	id := r.store.NewID(g, key)
 	// A traced Start goes alone: the attempts it creates link to its own span.
 	if trace.SpanContextFromContext(ctx).IsValid() {
-		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set}, []string{key}, []string{id})
+		execs, err := r.store.CreateExecutions(ctx, g, []map[string]json.RawMessage{set}, []string{key}, []string{id}, []int16{prio})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(execs[0]), nil
 	}
 	if len(set) == 0 && r.store.StartsIdle(g) {
-		w, err := r.writesOf(id).do(ctx, write{start: g, key: key, id: id})
+		w, err := r.writesOf(id).do(ctx, write{start: g, key: key, id: id, prio: prio})
 		if err != nil {
 			return nil, err
 		}
 		return toExecution(w.exec), nil
 	}
-	e, err := r.startsOf(g, id).do(ctx, start{set, key, id})
+	e, err := r.startsOf(g, id).do(ctx, start{set, key, id, prio})
 	if err != nil {
 		return nil, err
 	}
 	return toExecution(e), nil
 }
 
-// start is a Start of r.starts: the values of the inputs, the key, and the execution's id.
+// start is a Start of r.starts: the values of the inputs, the key, the execution's id and its
+// priority.
 type start struct {
 	values  map[string]json.RawMessage
 	key, id string
+	prio    int16
 }
 
 // write is a call of r.writes: the Start of an execution of start with key (or none), id and no
@@ -305,6 +332,7 @@ type start struct {
 type write struct {
 	start   *graph.Graph
 	key, id string
+	prio    int16
 	set     persistence.Setting
 }
 
@@ -318,15 +346,16 @@ type written struct {
 func (r *Runtime) writeAll(ctx context.Context, ws []write) ([]written, error) {
 	var starts []*graph.Graph
 	var keys, ids []string
+	var prios []int16
 	var sets []persistence.Setting
 	for _, w := range ws {
 		if w.start != nil {
-			starts, keys, ids = append(starts, w.start), append(keys, w.key), append(ids, w.id)
+			starts, keys, ids, prios = append(starts, w.start), append(keys, w.key), append(ids, w.id), append(prios, w.prio)
 		} else {
 			sets = append(sets, w.set)
 		}
 	}
-	execs, revs, err := r.store.Write(ctx, starts, keys, ids, sets)
+	execs, revs, err := r.store.Write(ctx, starts, keys, ids, prios, sets)
 	if err != nil {
 		return nil, err
 	}
@@ -369,11 +398,11 @@ func (r *Runtime) startsOf(g *graph.Graph, id string) *group[start, *persistence
 		max: groupMax,
 		write: func(ctx context.Context, starts []start) ([]*persistence.Execution, error) {
 			items := make([]map[string]json.RawMessage, len(starts))
-			keys, ids := make([]string, len(starts)), make([]string, len(starts))
+			keys, ids, prios := make([]string, len(starts)), make([]string, len(starts)), make([]int16, len(starts))
 			for i, s := range starts {
-				items[i], keys[i], ids[i] = s.values, s.key, s.id
+				items[i], keys[i], ids[i], prios[i] = s.values, s.key, s.id, s.prio
 			}
-			return r.store.CreateExecutions(ctx, g, items, keys, ids)
+			return r.store.CreateExecutions(ctx, g, items, keys, ids, prios)
 		},
 		again: func(start) bool { return true },
 	})
@@ -384,7 +413,8 @@ func (r *Runtime) startsOf(g *graph.Graph, id string) *group[start, *persistence
 type StartManyOption func(*startManyOptions)
 
 type startManyOptions struct {
-	keys []string
+	keys  []string
+	prios []int
 }
 
 // WithKeys gives the executions of StartMany their keys, one per item of inputs, "" for none: each
@@ -393,6 +423,12 @@ type startManyOptions struct {
 // an earlier item of the call has, which returns the same execution as that item.
 func WithKeys(keys []string) StartManyOption {
 	return func(o *startManyOptions) { o.keys = keys }
+}
+
+// WithPriorities gives the executions of StartMany their priorities, one per item of inputs, each
+// as WithPriority gives it to a Start.
+func WithPriorities(priorities []int) StartManyOption {
+	return func(o *startManyOptions) { o.prios = priorities }
 }
 
 // StartMany starts one execution of g for each item of inputs, in one transaction, and returns
@@ -430,18 +466,28 @@ func (r *Runtime) startMany(ctx context.Context, g *graph.Graph, inputs []map[st
 	if o.keys != nil && len(o.keys) != len(inputs) {
 		return nil, fmt.Errorf("WithKeys was given %d keys for %d inputs: give one per input, \"\" for none", len(o.keys), len(inputs))
 	}
+	if o.prios != nil && len(o.prios) != len(inputs) {
+		return nil, fmt.Errorf("WithPriorities was given %d priorities for %d inputs: give one per input, 0 for none", len(o.prios), len(inputs))
+	}
+	var prios []int16
+	if o.prios != nil {
+		prios = make([]int16, len(inputs))
+	}
 	items := make([]map[string]json.RawMessage, len(inputs))
 	for i, values := range inputs {
 		set, err := r.inputs(g, values)
 		if err == nil && o.keys != nil {
 			err = checkKey(g, o.keys[i])
 		}
+		if err == nil && prios != nil {
+			prios[i], err = priority(o.prios[i])
+		}
 		if err != nil {
 			return nil, fmt.Errorf("inputs[%d]: %w", i, err)
 		}
 		items[i] = set
 	}
-	execs, err := r.store.CreateExecutions(ctx, g, items, o.keys, nil)
+	execs, err := r.store.CreateExecutions(ctx, g, items, o.keys, nil, prios)
 	if err != nil {
 		return nil, err
 	}

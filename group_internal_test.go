@@ -74,7 +74,7 @@ func groupedStarts(t *testing.T, g *graph.Graph) (rt *Runtime, grp *group[map[st
 	t.Helper()
 	rt = testRuntime(t, g)
 	grp, unblock, sizes = blocked(func(ctx context.Context, items []map[string]json.RawMessage) ([]*persistence.Execution, error) {
-		return rt.store.CreateExecutions(ctx, g, items, nil, nil)
+		return rt.store.CreateExecutions(ctx, g, items, nil, nil, nil)
 	})
 	return rt, grp, unblock, sizes
 }

@@ -63,6 +63,7 @@ type NodeDescription struct {
 	OnSave                 bool `json:"on_save,omitempty"`
 	UpdateRevisionOnChange bool `json:"update_revision_on_change,omitempty"`
 	MaxEntries             int  `json:"max_entries,omitempty"`
+	Priority               int  `json:"priority,omitempty"`
 }
 
 // Describe returns the graph's Description.
@@ -91,7 +92,7 @@ func (n Node) describe() NodeDescription {
 	if applies(optMaxAttempts) {
 		d.MaxAttempts, d.AbandonAfter, d.MaxParallel = s.MaxAttempts, s.AbandonAfter, s.MaxParallel
 		d.HeartbeatInterval, d.HeartbeatTimeout = s.HeartbeatInterval, s.HeartbeatTimeout
-		d.Backoff, d.ConcurrencyKey = n.opts.given[optBackoff], s.ConcurrencyKey != nil
+		d.Backoff, d.ConcurrencyKey, d.Priority = n.opts.given[optBackoff], s.ConcurrencyKey != nil, s.Priority
 	}
 	if applies(optUpdateRevisionOnChange) {
 		d.UpdateRevisionOnChange = s.UpdateRevisionOnChange
@@ -198,6 +199,7 @@ var nodeFields = []field[NodeDescription]{
 	{"OnSave", func(n NodeDescription) string { return isSet(n.OnSave) }},
 	{"UpdateRevisionOnChange", func(n NodeDescription) string { return strconv.FormatBool(n.UpdateRevisionOnChange) }},
 	{"MaxEntries", func(n NodeDescription) string { return strconv.Itoa(n.MaxEntries) }},
+	{"Priority", func(n NodeDescription) string { return strconv.Itoa(n.Priority) }},
 }
 
 // isSet shows whether a function is set.

@@ -58,6 +58,9 @@ type Settings struct {
 	UpdateRevisionOnChange bool
 	// MaxEntries is the number of entries a historian keeps, newest first. Default 100.
 	MaxEntries int
+	// Priority puts the node's attempts ahead in the queue of ready work (see Priority).
+	// Default 0.
+	Priority int
 }
 
 // defaultSettings returns the settings of a node given no options.
@@ -99,6 +102,7 @@ const (
 	optMaxParallel
 	optUpdateRevisionOnChange
 	optMaxEntries
+	optPriority
 	numOptions
 )
 
@@ -112,6 +116,7 @@ var optionNames = [numOptions]string{
 	optMaxParallel:            "MaxParallel",
 	optUpdateRevisionOnChange: "UpdateRevisionOnChange",
 	optMaxEntries:             "MaxEntries",
+	optPriority:               "Priority",
 }
 
 func (o option) String() string { return optionNames[o] }
@@ -190,6 +195,32 @@ func MaxParallel(n int) NodeOption {
 	return func(o *nodeOptions) {
 		o.settings.MaxParallel = n
 		o.given[optMaxParallel] = true
+	}
+}
+
+// MaxPriority bounds Priority and journey.WithPriority.
+const MaxPriority = 100
+
+// PriorityStep is what one point of priority is worth in the queue of ready work: an attempt of
+// priority p is queued as though it had become ready p steps earlier.
+const PriorityStep = time.Minute
+
+// Priority puts the node's attempts ahead of others in the queue of ready work, by p from 0 (the
+// default) to MaxPriority; an execution's priority (journey.WithPriority) adds to it. Claims take
+// ready attempts in the order of when they became ready, less PriorityStep for each point of
+// priority: among attempts that became ready within a minute of each other, the higher priority
+// goes first, and a point is worth a minute of waiting. Nothing starves: an attempt of priority 0
+// goes ahead of one of priority 10 that became ready more than ten minutes after it. Equal
+// priorities keep the order of readiness.
+//
+// The head start is taken when an attempt becomes ready as it is made. An attempt that waits
+// for a time first (a retry's Backoff, a tick) enters the queue when it comes due, without one.
+// Priority orders a queue; it does not make room: with free workers, every ready attempt is
+// claimed at once whatever its priority.
+func Priority(p int) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.Priority = p
+		o.given[optPriority] = true
 	}
 }
 

@@ -233,6 +233,10 @@ func (v *validator) checkOptions(i int) {
 			if s.MaxParallel <= 0 {
 				v.nodef(i, "option MaxParallel(%d) must be at least 1; leave it out for no limit", s.MaxParallel)
 			}
+		case optPriority:
+			if s.Priority < 0 || s.Priority > MaxPriority {
+				v.nodef(i, "option Priority(%d) must be from 0 to %d; higher goes first", s.Priority, MaxPriority)
+			}
 		case optMaxEntries:
 			if s.MaxEntries <= 0 {
 				v.nodef(i, "option MaxEntries(%d) must be at least 1", s.MaxEntries)

@@ -22,7 +22,7 @@ import (
 // CreateExecution starts an execution of g with no values, and advances it, so that nodes whose
 // gate holds from the start are created at once.
 func (s *Store) CreateExecution(ctx context.Context, g *graph.Graph) (*Execution, error) {
-	execs, err := s.CreateExecutions(ctx, g, []map[string]json.RawMessage{nil}, nil, nil)
+	execs, err := s.CreateExecutions(ctx, g, []map[string]json.RawMessage{nil}, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -65,18 +65,18 @@ func (s *Store) NewID(g *graph.Graph, key string) string {
 // with another. The call sends one NOTIFY for the work it makes available, whatever the number of
 // executions, and none for the executions' values: no one can be waiting on an execution before
 // it exists.
-func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
-	return s.createExecutions(ctx, s.own, g, items, keys, ids)
+func (s *Store) CreateExecutions(ctx context.Context, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string, prios []int16) ([]*Execution, error) {
+	return s.createExecutions(ctx, s.own, g, items, keys, ids, prios)
 }
 
 // CreateExecutionsIn is CreateExecutions in tx, a transaction of the application's (see
 // inCaller): the executions exist, and their work runs, once it commits.
-func (s *Store) CreateExecutionsIn(ctx context.Context, tx Caller, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
-	return s.createExecutions(ctx, s.inCaller(tx), g, items, keys, ids)
+func (s *Store) CreateExecutionsIn(ctx context.Context, tx Caller, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string, prios []int16) ([]*Execution, error) {
+	return s.createExecutions(ctx, s.inCaller(tx), g, items, keys, ids, prios)
 }
 
 // createExecutions is CreateExecutions, in the transaction of in.
-func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string) ([]*Execution, error) {
+func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, items []map[string]json.RawMessage, keys, ids []string, prios []int16) ([]*Execution, error) {
 	rg, ok := s.Graph(g.Name(), g.Version())
 	if !ok {
 		return nil, fmt.Errorf("%w: %q version %q; add it to Config.Graphs", ErrUnknownGraph, g.Name(), g.Version())
@@ -84,7 +84,7 @@ func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, it
 	if len(items) == 0 {
 		return []*Execution{}, nil
 	}
-	ins, err := s.newInserts(slices.Repeat([]*graph.Graph{g}, len(items)), keys, ids)
+	ins, err := s.newInserts(slices.Repeat([]*graph.Graph{g}, len(items)), keys, ids, prios)
 	if err != nil {
 		return nil, err
 	}
@@ -165,9 +165,10 @@ const maxKeyRounds = 3
 // inserts are the executions that a write starts, and, once it has sent insertSteps, each
 // one's execution.
 type inserts struct {
-	ids  []string
-	gs   []*graph.Graph
-	keys []string // one per start, "" for none; nil when no start has a key
+	ids   []string
+	gs    []*graph.Graph
+	keys  []string // one per start, "" for none; nil when no start has a key
+	prios []int16  // one per start (journey.WithPriority), or nil for none
 	// execs holds the execution of each start that has been found: the one it inserted, or the
 	// one that held its key, or that an earlier try of the start made; made tells which it
 	// inserted. pending are the others.
@@ -183,14 +184,20 @@ type inserts struct {
 // newInserts gives each execution to start, of gs[i] with key keys[i] (keys nil or one per start,
 // "" for none), its id, ids[i], or a new one (NewID) if ids is nil or ids[i] is "", and checks the
 // keys.
-func (s *Store) newInserts(gs []*graph.Graph, keys, ids []string) (*inserts, error) {
+func (s *Store) newInserts(gs []*graph.Graph, keys, ids []string, prios []int16) (*inserts, error) {
 	if keys != nil && len(keys) != len(gs) {
 		return nil, fmt.Errorf("persistence: %d keys for %d executions", len(keys), len(gs))
 	}
 	if ids != nil && len(ids) != len(gs) {
 		return nil, fmt.Errorf("persistence: %d ids for %d executions", len(ids), len(gs))
 	}
-	ins := &inserts{ids: make([]string, len(gs)), gs: gs, execs: make([]*Execution, len(gs)), made: make([]bool, len(gs))}
+	if prios != nil && len(prios) != len(gs) {
+		return nil, fmt.Errorf("persistence: %d priorities for %d executions", len(prios), len(gs))
+	}
+	if !slices.ContainsFunc(prios, func(p int16) bool { return p != 0 }) {
+		prios = nil
+	}
+	ins := &inserts{ids: make([]string, len(gs)), gs: gs, prios: prios, execs: make([]*Execution, len(gs)), made: make([]bool, len(gs))}
 	for i, g := range gs {
 		key := ""
 		if keys != nil {
@@ -222,6 +229,14 @@ func (s *Store) newInserts(gs []*graph.Graph, keys, ids []string) (*inserts, err
 		ins.keys[i] = key
 	}
 	return ins, nil
+}
+
+// prio is the priority of start i.
+func (ins *inserts) prio(i int) int16 {
+	if ins.prios == nil {
+		return 0
+	}
+	return ins.prios[i]
 }
 
 // key is the key of start i, "" if none.
@@ -261,7 +276,7 @@ func (s *Store) insert(ctx context.Context, t *txn, ins *inserts) error {
 // INSERT's own does not.
 func (s *Store) insertSteps(ins *inserts) []step {
 	var ids, names, versions, keys, heldKeys, heldNames []string
-	var lanes []int16
+	var lanes, prios []int16
 	seen := map[[2]string]bool{}
 	pending := ins.pending
 	if ins.keys != nil {
@@ -285,14 +300,23 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		}
 		ids, names, versions = append(ids, ins.ids[i]), append(names, g.Name()), append(versions, g.Version())
 		keys, lanes = append(keys, key), append(lanes, LaneOf(ins.ids[i]))
+		if ins.prios != nil {
+			prios = append(prios, ins.prios[i])
+		}
 	}
 	var steps []step
 	for i, j := 0, 0; i < len(ids); i = j {
 		j = s.runEnd(lanes, i)
-		steps = append(steps, step{s.q(`WITH e AS (SELECT lane, id, graph_name, graph_version, key, ord FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[])
-				WITH ORDINALITY AS e(lane, id, graph_name, graph_version, key, ord)),
-			made AS (INSERT INTO {s}.executions (lane, id, graph_name, graph_version, revision, key, created_at, updated_at)
-				SELECT e.lane, e.id, e.graph_name, e.graph_version, 0, nullif(e.key, ''), t.now, t.now
+		// The priorities are an empty array when every start has none, which unnest pads.
+		var prio []int16
+		if prios != nil {
+			prio = prios[i:j]
+		}
+		steps = append(steps, step{s.q(`WITH e AS (SELECT lane, id, graph_name, graph_version, key, priority, ord
+				FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[], $7::smallint[])
+				WITH ORDINALITY AS e(lane, id, graph_name, graph_version, key, priority, ord)),
+			made AS (INSERT INTO {s}.executions (lane, id, graph_name, graph_version, revision, key, priority, created_at, updated_at)
+				SELECT e.lane, e.id, e.graph_name, e.graph_version, 0, nullif(e.key, ''), coalesce(e.priority, 0), t.now, t.now
 				FROM e, (SELECT coalesce($6::timestamptz, now()) AS now) t
 				ORDER BY e.ord
 				ON CONFLICT DO NOTHING
@@ -301,7 +325,7 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		UNION ALL
 		SELECT ` + s.executionRead("x", s.pinned("n", "$1")) + `, false FROM ` + executionKeys("$1", "$2") + ` k
 		JOIN {s}.executions x ON x.lane = k.lane AND x.id = k.id WHERE x.id NOT IN (SELECT id FROM made)` + s.pinned("x", "$1")),
-			[]any{lanes[i:j], ids[i:j], names[i:j], versions[i:j], keys[i:j], s.clock.NowOrNil()}, collect(&ins.rows)})
+			[]any{lanes[i:j], ids[i:j], names[i:j], versions[i:j], keys[i:j], s.clock.NowOrNil(), orEmpty(prio)}, collect(&ins.rows)})
 	}
 	if ins.keys == nil {
 		return steps
@@ -384,13 +408,13 @@ func (s *Store) StartsIdle(g *graph.Graph) bool { return s.idle[GraphKey(g.Name(
 //
 // The keyed INSERT and the read of the holders go with the COMMIT, as the INSERT of unkeyed
 // Starts does. A key whose holder was archived between the two starts again, alone, after it.
-func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys, ids []string, settings []Setting) ([]*Execution, []int64, error) {
+func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys, ids []string, prios []int16, settings []Setting) ([]*Execution, []int64, error) {
 	for _, g := range starts {
 		if !s.StartsIdle(g) {
 			return nil, nil, fmt.Errorf("persistence: Write was given a Start of %q version %q, which does not start idle", g.Name(), g.Version())
 		}
 	}
-	ins, err := s.newInserts(starts, keys, ids)
+	ins, err := s.newInserts(starts, keys, ids, prios)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -412,7 +436,8 @@ func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys, ids []st
 	}
 	if ins.found() {
 		for _, i := range ins.pending {
-			execs, err := s.CreateExecutions(ctx, starts[i], []map[string]json.RawMessage{nil}, []string{ins.keys[i]}, []string{ins.ids[i]})
+			execs, err := s.CreateExecutions(ctx, starts[i], []map[string]json.RawMessage{nil}, []string{ins.keys[i]}, []string{ins.ids[i]},
+				[]int16{ins.prio(i)})
 			if err != nil {
 				return nil, nil, err
 			}

@@ -90,7 +90,7 @@ func TestCreateExecutionsIsCreateThenSetValues(t *testing.T) {
 		}
 		want = append(want, ref.startState(t, e.ID))
 	}
-	execs, err := bulk.store.CreateExecutions(ctx, g, items, nil, nil)
+	execs, err := bulk.store.CreateExecutions(ctx, g, items, nil, nil, nil)
 	require.NoError(t, err)
 	require.Len(t, execs, len(items))
 	for i, e := range execs {
@@ -120,7 +120,7 @@ func TestIdleStartIsOneRoundTrip(t *testing.T) {
 	}{{testGraph("store"), 1, 0}, {eager, 2, 1}} {
 		b := setup(t, c.g)
 		s, log, _ := b.tracedStore(t)
-		execs, err := s.CreateExecutions(ctx, c.g, []map[string]json.RawMessage{nil, {}}, nil, nil)
+		execs, err := s.CreateExecutions(ctx, c.g, []map[string]json.RawMessage{nil, {}}, nil, nil, nil)
 		require.NoError(t, err)
 		// The NOTIFY of the eager graph's work follows the commit, on a connection of its own.
 		s.NotesSent()
@@ -156,11 +156,11 @@ func TestKeyedIdleStartsGoWithTheCommit(t *testing.T) {
 		return []Setting{{ID: set.ID, Set: map[string]json.RawMessage{"x": json.RawMessage(x)}}}
 	}
 	log.take()
-	_, _, err = s.Write(ctx, []*graph.Graph{b.g}, nil, nil, setting("1"))
+	_, _, err = s.Write(ctx, []*graph.Graph{b.g}, nil, nil, nil, setting("1"))
 	require.NoError(t, err)
 	unkeyed := log.roundTrips()
 
-	execs, _, err := s.Write(ctx, []*graph.Graph{b.g, b.g, b.g}, []string{"a", "", "a"}, nil, setting("2"))
+	execs, _, err := s.Write(ctx, []*graph.Graph{b.g, b.g, b.g}, []string{"a", "", "a"}, nil, nil, setting("2"))
 	require.NoError(t, err)
 	require.Equal(t, unkeyed, log.roundTrips(), "the keyed INSERT and the read of the holders go with the COMMIT")
 	require.False(t, execs[0].Existing)
@@ -169,7 +169,7 @@ func TestKeyedIdleStartsGoWithTheCommit(t *testing.T) {
 	require.Equal(t, execs[0].ID, execs[2].ID, "one execution for the key")
 	require.True(t, execs[2].Existing)
 
-	again, _, err := s.Write(ctx, []*graph.Graph{b.g}, []string{"a"}, nil, nil)
+	again, _, err := s.Write(ctx, []*graph.Graph{b.g}, []string{"a"}, nil, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, log.roundTrips(), "alone, BEGIN, INSERT, read and COMMIT in one batch")
 	require.Equal(t, execs[0].ID, again[0].ID)
@@ -194,7 +194,7 @@ func TestCreateExecutionsNotifiesOnce(t *testing.T) {
 	for i := range items {
 		items[i] = map[string]json.RawMessage{"x": json.RawMessage(`1`)}
 	}
-	execs, err := b.store.CreateExecutions(ctx, b.g, items, nil, nil)
+	execs, err := b.store.CreateExecutions(ctx, b.g, items, nil, nil, nil)
 	require.NoError(t, err)
 	require.Len(t, execs, n)
 	counts, err := b.store.StateCounts(ctx)

@@ -261,7 +261,7 @@ func TestHotStatementsUseThePartialIndexes(t *testing.T) {
 		{"promotion", func() error { _, err := s.PromoteDue(ctx); return err }, "nodes_pending_idx", ""},
 		{"keyed start", func() error {
 			execs, err := s.CreateExecutions(ctx, b.g, []map[string]json.RawMessage{{"x": json.RawMessage(`1`)}, nil},
-				[]string{"key-1", "key-new"}, nil)
+				[]string{"key-1", "key-new"}, nil, nil)
 			if err == nil && (!execs[0].Existing || execs[1].Existing) {
 				err = fmt.Errorf("key-1 is held and key-new is not, got %+v and %+v", execs[0], execs[1])
 			}

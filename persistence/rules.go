@@ -218,7 +218,10 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 		maxParallel = &set.MaxParallel
 	}
 	state := StateAvailable
-	runAt := st.now
+	// An attempt's run_at is its place in the queue of ready work: when it became ready, less
+	// its priority's head start (graph.Priority). A retry that keeps its place keeps the head
+	// start it had; a delayed one is due at its time, and queued from then.
+	runAt := st.now.Add(-time.Duration(int(st.exec.Priority)+set.Priority) * graph.PriorityStep)
 	if st.requeueAt != nil && delay <= 0 {
 		runAt = *st.requeueAt
 	}

@@ -360,6 +360,8 @@ type Execution struct {
 	CancelReason *string    `bun:"cancel_reason"`
 	// PausedAt is when the execution was paused (Pause), nil while it is not.
 	PausedAt *time.Time `bun:"paused_at"`
+	// Priority is the execution's priority (journey.WithPriority), which adds to each node's.
+	Priority int16 `bun:"priority"`
 	// Existing is set by CreateExecutions and Write, on the execution of a keyed start that held
 	// the key already: that start started nothing.
 	Existing bool `bun:"-" db:"-"`

@@ -524,7 +524,7 @@ func TestStrandedVersionIsWarnedOf(t *testing.T) {
 	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g},
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	_, err = store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, {"x": json.RawMessage("2")}, nil}, nil, nil)
+	_, err = store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, {"x": json.RawMessage("2")}, nil}, nil, nil, nil)
 	require.NoError(t, err)
 
 	var log strings.Builder
@@ -553,7 +553,7 @@ func TestRollsTheInsightsUp(t *testing.T) {
 	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	_, err = store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, nil}, nil, nil)
+	_, err = store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, nil}, nil, nil, nil)
 	require.NoError(t, err)
 	stub.Advance(3 * time.Minute) // the executions' minute is no longer filling
 

@@ -165,6 +165,7 @@ type benchConfig struct {
 	pooler        bool          // the replicas go through a PgBouncer in transaction mode
 	pgbouncer     string        // -pooler's program; "" for devpg's default, Debian's
 	keyed         bool          // each execution started gets a key of its own
+	priorities    int           // the executions started in a drain get priorities 0 to this, in turn
 }
 
 // heartbeatInterval is the compute nodes' heartbeat interval.
@@ -256,6 +257,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		"transaction of its own, then COMMIT; from the BEGIN)")
 	fs.BoolVar(&cfg.fromCommit, "from-commit", false, "-start tx: time each execution from the application's COMMIT, "+
 		"not from its BEGIN: what the runtime adds once the application commits")
+	fs.IntVar(&cfg.priorities, "priorities", 0, "drain: start the executions with priorities 0 to `P` in turn (journey.WithPriorities), "+
+		"for what priorities cost a claim beside a run without")
 	fs.BoolVar(&cfg.keyed, "keyed", false, "start each execution with a key of its own (journey.WithKey, WithKeys), "+
 		"for what a keyed Start costs beside an unkeyed one")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat", 0, "the compute nodes' heartbeat `interval`, their heartbeat timeout 10 times it "+
@@ -448,7 +451,7 @@ func (r benchResult) line(cfg benchConfig) string {
 		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d heartbeat_statements_per_interval=%s keyed=%t",
 		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions), writes, goCPU, allocs,
 		cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
-		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats, cfg.keyed) + r.gatedFields(cfg)
+		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats, cfg.keyed) + r.gatedFields(cfg) + priorityField(cfg)
 }
 
 // gatedFields are the figures of -graph gated, over the measured time: the gated attempts
@@ -817,11 +820,12 @@ const topUpEvery = 250 * time.Millisecond
 // startReady starts n executions with their input set, in one StartMany, and counts them as
 // started.
 func (b *benchmark) startReady(ctx context.Context, rt *journey.Runtime, g *graph.Graph, n int) error {
-	inputs, keys := make([]map[string]any, n), make([]string, n)
+	inputs, keys, prios := make([]map[string]any, n), make([]string, n), make([]int, n)
 	for i := range inputs {
-		inputs[i], keys[i] = map[string]any{"x": b.input()}, b.key()
+		x := b.input()
+		inputs[i], keys[i], prios[i] = map[string]any{"x": x}, b.key(), x%(b.cfg.priorities+1)
 	}
-	exs, err := rt.StartMany(ctx, g, inputs, journey.WithKeys(keys))
+	exs, err := rt.StartMany(ctx, g, inputs, journey.WithKeys(keys), journey.WithPriorities(prios))
 	if err != nil {
 		return fmt.Errorf("starting executions: %w", err)
 	}
@@ -867,6 +871,14 @@ func (b *benchmark) nodeOptions() []graph.NodeOption {
 		opts = append(opts, graph.MaxParallel(b.cfg.maxParallel))
 	}
 	return opts
+}
+
+// priorityField is the result line's field of -priorities, "" without it.
+func priorityField(cfg benchConfig) string {
+	if cfg.priorities == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" priorities=%d", cfg.priorities)
 }
 
 // key is the key of the next execution: with -keyed, bench-1, bench-2…, each held by one
