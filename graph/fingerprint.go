@@ -64,6 +64,12 @@ type NodeDescription struct {
 	UpdateRevisionOnChange bool `json:"update_revision_on_change,omitempty"`
 	MaxEntries             int  `json:"max_entries,omitempty"`
 	Priority               int  `json:"priority,omitempty"`
+	// Child is a map node's child graph, as name@version.
+	Child string `json:"child,omitempty"`
+	// One is true for a Child, false for a Map.
+	One             bool   `json:"one,omitempty"`
+	Result          string `json:"result,omitempty"`
+	CollectFailures bool   `json:"collect_failures,omitempty"`
 }
 
 // Describe returns the graph's Description.
@@ -99,6 +105,9 @@ func (n Node) describe() NodeDescription {
 	}
 	if applies(optMaxEntries) {
 		d.MaxEntries = s.MaxEntries
+	}
+	if n.child != nil {
+		d.Child, d.One, d.Result, d.CollectFailures = n.child.name+"@"+n.child.version, n.one, s.Result, s.CollectFailures
 	}
 	return d
 }
@@ -200,6 +209,10 @@ var nodeFields = []field[NodeDescription]{
 	{"UpdateRevisionOnChange", func(n NodeDescription) string { return strconv.FormatBool(n.UpdateRevisionOnChange) }},
 	{"MaxEntries", func(n NodeDescription) string { return strconv.Itoa(n.MaxEntries) }},
 	{"Priority", func(n NodeDescription) string { return strconv.Itoa(n.Priority) }},
+	{"child", func(n NodeDescription) string { return cmp.Or(n.Child, "none") }},
+	{"One", func(n NodeDescription) string { return strconv.FormatBool(n.One) }},
+	{"Result", func(n NodeDescription) string { return cmp.Or(n.Result, "none") }},
+	{"CollectFailures", func(n NodeDescription) string { return strconv.FormatBool(n.CollectFailures) }},
 }
 
 // isSet shows whether a function is set.

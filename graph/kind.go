@@ -22,6 +22,9 @@ const (
 	KindHistorian
 	// KindArchive is a node that archives the execution once its gate holds.
 	KindArchive
+	// KindMap is a node that starts an execution of a child graph for each item of a list, and
+	// whose value is the list of their results (Map), or the result of one (Child).
+	KindMap
 )
 
 var kindNames = map[Kind]string{
@@ -32,6 +35,7 @@ var kindNames = map[Kind]string{
 	KindTickRecurring: "tick_recurring",
 	KindHistorian:     "historian",
 	KindArchive:       "archive",
+	KindMap:           "map",
 }
 
 // String returns the snake_case name of the kind, such as "tick_once", or "Kind(n)" for a value
@@ -56,5 +60,5 @@ func (k Kind) isTick() bool {
 
 // runs reports whether nodes of kind k run a function, and so can fail.
 func (k Kind) runs() bool {
-	return k == KindCompute || k == KindMutate || k.isTick()
+	return k == KindCompute || k == KindMutate || k.isTick() || k == KindMap
 }

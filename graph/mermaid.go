@@ -15,6 +15,7 @@ var mermaidShapes = map[Kind][2]string{
 	KindTickRecurring: {"(((", ")))"}, // double circle
 	KindHistorian:     {"[(", ")]"},   // cylinder
 	KindArchive:       {"{{", "}}"},   // hexagon
+	KindMap:           {"([", "])"},   // stadium
 }
 
 // mermaidKeywords are words that Mermaid does not accept as node IDs.
@@ -27,7 +28,7 @@ var mermaidKeywords = map[string]bool{
 // Mermaid renders the graph as a Mermaid flowchart ("flowchart TD"), for documentation and
 // debugging. Each node is drawn in a shape for its kind: input as a parallelogram, compute as a
 // rectangle, mutate as a subroutine box, a one-off tick as a circle, a recurring tick as a
-// double circle, historian as a cylinder and archive as a hexagon. An edge runs from each
+// double circle, historian as a cylinder, archive as a hexagon and map as a stadium. An edge runs from each
 // upstream node to the nodes whose gate references it, and a dotted edge labelled "mutates"
 // from each mutate node to its targets. Nodes and edges follow definition order, and the edges
 // into a node follow the order of Node.Upstream, so the output is the same for the same graph.

@@ -20,7 +20,7 @@ type ComputeFunc func(ctx context.Context, in Values) (any, error)
 type TickFunc func(ctx context.Context, in Values) (time.Time, error)
 
 // Node is the definition of one node of a graph. It is built by Input, Compute, Mutate,
-// TickOnce, TickRecurring, Historian or Archive, and checked by New. A Node is immutable.
+// TickOnce, TickRecurring, Historian, Archive, Map or Child, and checked by New. A Node is immutable.
 type Node struct {
 	name     string
 	kind     Kind
@@ -30,7 +30,18 @@ type Node struct {
 	targets  []string
 	upstream []string
 	opts     nodeOptions
+	// child and each are a map node's: the graph of its children, and the function that gives
+	// their inputs; one is set for a Child, which has one child and takes its result as its value.
+	child *Graph
+	each  EachFunc
+	one   bool
 }
+
+// EachFunc returns the inputs of the children that a Map node starts, one map of input values
+// for each child, in order. It must be a function of its values alone: the runtime may call it
+// again for the same values (after a crash, say), and each child is known by its place in the
+// list.
+type EachFunc func(in Values) ([]map[string]any, error)
 
 // newNode builds a node of any kind and applies its options.
 func newNode(name string, kind Kind, gate Gate, opts []NodeOption) Node {
@@ -102,6 +113,50 @@ func Historian(name string, gate Gate, opts ...NodeOption) Node {
 func Archive(name string, gate Gate, opts ...NodeOption) Node {
 	return newNode(name, KindArchive, gate, opts)
 }
+
+// Map returns a node that, once gate holds, starts one execution of child for each item that
+// each returns, with those input values, and whose value is the list of the children's results,
+// in the order of the items, once every child has completed (child's CompletesWhen). The
+// Result option names the child's node whose value is an item's result; without it, a result is
+// the object of the child's values, by node. A child that fails for good fails the node, with
+// the child's id and error, unless CollectFailures is given.
+//
+// The children are known by the execution, the node and their place in the list: a Map that is
+// retried, or runs again after a crash, finds the children it started, and never starts a second
+// one for an item. When an upstream value changes and the node is computed again, the children
+// of the values before are canceled and archived, and new ones start.
+func Map(name string, gate Gate, child *Graph, each EachFunc, opts ...NodeOption) Node {
+	n := newNode(name, KindMap, gate, opts)
+	n.child, n.each = child, each
+	return n
+}
+
+// Child returns a node that, once gate holds, starts one execution of child with the input
+// values that inputs returns, and whose value is the child's result once it has completed: Map
+// of one item, whose value is that item's result rather than a list.
+func Child(name string, gate Gate, child *Graph, inputs func(in Values) (map[string]any, error), opts ...NodeOption) Node {
+	n := newNode(name, KindMap, gate, opts)
+	n.child, n.one = child, true
+	if inputs != nil {
+		n.each = func(in Values) ([]map[string]any, error) {
+			item, err := inputs(in)
+			if err != nil {
+				return nil, err
+			}
+			return []map[string]any{item}, nil
+		}
+	}
+	return n
+}
+
+// ChildGraph returns the graph whose executions a map node starts, and nil for other kinds.
+func (n Node) ChildGraph() *Graph { return n.child }
+
+// Each returns the function that gives a map node's items; for a Child, a list of one.
+func (n Node) Each() EachFunc { return n.each }
+
+// One reports whether a map node is a Child: its value is its one child's result, not a list.
+func (n Node) One() bool { return n.one }
 
 // Name returns the node's name.
 func (n Node) Name() string { return n.name }

@@ -61,6 +61,12 @@ type Settings struct {
 	// Priority puts the node's attempts ahead in the queue of ready work (see Priority).
 	// Default 0.
 	Priority int
+	// Result, for a map node, is the child's node whose value is a child's result. Default "":
+	// the object of the child's values.
+	Result string
+	// CollectFailures, for a map node, keeps a child's failure as its result instead of failing
+	// the node. Default false.
+	CollectFailures bool
 }
 
 // defaultSettings returns the settings of a node given no options.
@@ -103,6 +109,8 @@ const (
 	optUpdateRevisionOnChange
 	optMaxEntries
 	optPriority
+	optResult
+	optCollectFailures
 	numOptions
 )
 
@@ -117,6 +125,8 @@ var optionNames = [numOptions]string{
 	optUpdateRevisionOnChange: "UpdateRevisionOnChange",
 	optMaxEntries:             "MaxEntries",
 	optPriority:               "Priority",
+	optResult:                 "Result",
+	optCollectFailures:        "CollectFailures",
 }
 
 func (o option) String() string { return optionNames[o] }
@@ -221,6 +231,26 @@ func Priority(p int) NodeOption {
 	return func(o *nodeOptions) {
 		o.settings.Priority = p
 		o.given[optPriority] = true
+	}
+}
+
+// Result names the node of a Map's or Child's child graph whose value is a child's result. It
+// applies to map nodes only.
+func Result(node string) NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.Result = node
+		o.given[optResult] = true
+	}
+}
+
+// CollectFailures makes a Map or Child complete when its children have all completed or failed
+// for good, with the failure of a child as its result: {"failed": true, "execution": id,
+// "error": text}. Without it, the first child that fails for good fails the node. It applies to
+// map nodes only.
+func CollectFailures() NodeOption {
+	return func(o *nodeOptions) {
+		o.settings.CollectFailures = true
+		o.given[optCollectFailures] = true
 	}
 }
 

@@ -84,7 +84,7 @@ func (v *validator) checkNode(i int) {
 		v.nodef(i, "name is already used by node #%d", v.g.index[n.name]+1)
 	}
 	if !n.kind.valid() {
-		v.nodef(i, "unknown kind %v; build nodes with Input, Compute, Mutate, TickOnce, TickRecurring, Historian or Archive", n.kind)
+		v.nodef(i, "unknown kind %v; build nodes with Input, Compute, Mutate, TickOnce, TickRecurring, Historian, Archive, Map or Child", n.kind)
 		return
 	}
 
@@ -100,6 +100,8 @@ func (v *validator) checkNode(i int) {
 		v.nodef(i, "%s function is nil", n.kind)
 	case n.kind.isTick() && n.tick == nil:
 		v.nodef(i, "%s function is nil", n.kind)
+	case n.kind == KindMap:
+		v.checkMap(i)
 	}
 	v.checkOptions(i)
 	if n.kind == KindMutate {
@@ -182,6 +184,8 @@ func optionApplies(o option, k Kind) bool {
 		return k == KindMutate
 	case optMaxEntries:
 		return k == KindHistorian
+	case optResult, optCollectFailures:
+		return k == KindMap
 	default:
 		return k != KindInput
 	}
@@ -201,6 +205,8 @@ func (v *validator) checkOptions(i int) {
 				v.nodef(i, "option %v applies only to mutate nodes, not to %s nodes", o, n.kind)
 			case optMaxEntries:
 				v.nodef(i, "option %v applies only to historian nodes, not to %s nodes", o, n.kind)
+			case optResult, optCollectFailures:
+				v.nodef(i, "option %v applies only to Map and Child nodes, not to %s nodes", o, n.kind)
 			default:
 				v.nodef(i, "option %v does not apply to input nodes, which accept only OnSave", o)
 			}
@@ -240,6 +246,33 @@ func (v *validator) checkOptions(i int) {
 		case optMaxEntries:
 			if s.MaxEntries <= 0 {
 				v.nodef(i, "option MaxEntries(%d) must be at least 1", s.MaxEntries)
+			}
+		}
+	}
+}
+
+// checkMap records the problems of a map node: its child graph and its function.
+func (v *validator) checkMap(i int) {
+	n := v.g.nodes[i]
+	what := "Map"
+	if n.one {
+		what = "Child"
+	}
+	if n.each == nil {
+		v.nodef(i, "%s function is nil", what)
+	}
+	switch c := n.child; {
+	case c == nil:
+		v.nodef(i, "%s child graph is nil; pass the graph whose executions it starts", what)
+	case c == v.g || c.name == v.g.name:
+		v.nodef(i, "%s child graph is the graph itself; a graph cannot start executions of itself", what)
+	case c.completesWhen == nil:
+		v.nodef(i, "%s child graph %q has no CompletesWhen; the node waits for each child to complete, "+
+			"so give the child graph graph.CompletesWhen(...)", what, c.name)
+	default:
+		if r := n.opts.settings.Result; n.opts.given[optResult] {
+			if _, ok := c.index[r]; !ok {
+				v.nodef(i, "option Result(%s) names no node of the child graph %q", shown(r), c.name)
 			}
 		}
 	}

@@ -18,6 +18,14 @@ func problemsOf(t *testing.T, err error) []error {
 	return joined.Unwrap()
 }
 
+// childGraph is a child graph that Map and Child nodes can start: it completes once y is computed.
+var childGraph = MustNew("c", "v1", []Node{
+	Input("x"),
+	Compute("y", Needs("x"), noopCompute),
+}, CompletesWhen(Needs("y")))
+
+func noopEach(Values) ([]map[string]any, error) { return nil, nil }
+
 func TestNewValidation(t *testing.T) {
 	t.Parallel()
 
@@ -303,6 +311,31 @@ func TestNewValidation(t *testing.T) {
 			nodes: []Node{in("a")},
 			opts:  []Option{IDPrefix(strings.Repeat("A", 17))},
 			want:  `graph "g": option IDPrefix("AAAAAAAAAAAAAAAAA") must be 1 to 16 characters`,
+		},
+		{
+			name:  "map without a child graph",
+			nodes: []Node{in("a"), Map("m", Needs("a"), nil, noopEach)},
+			want:  `graph "g": node "m": Map child graph is nil`,
+		},
+		{
+			name:  "map of a child that never completes",
+			nodes: []Node{in("a"), Map("m", Needs("a"), MustNew("c", "v1", []Node{in("x")}), noopEach)},
+			want:  `graph "g": node "m": Map child graph "c" has no CompletesWhen`,
+		},
+		{
+			name:  "child without a function",
+			nodes: []Node{in("a"), Child("m", Needs("a"), childGraph, nil)},
+			want:  `graph "g": node "m": Child function is nil`,
+		},
+		{
+			name:  "result not in the child",
+			nodes: []Node{in("a"), Map("m", Needs("a"), childGraph, noopEach, Result("nope"))},
+			want:  `graph "g": node "m": option Result("nope") names no node of the child graph "c"`,
+		},
+		{
+			name:  "result on a compute node",
+			nodes: []Node{in("a"), comp("b", Needs("a"), CollectFailures())},
+			want:  `graph "g": node "b": option CollectFailures applies only to Map and Child nodes, not to compute nodes`,
 		},
 		{
 			name:  "id prefix with a dash",
