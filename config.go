@@ -294,6 +294,17 @@ func (c Config) validate() error {
 		}
 		seen[key] = true
 	}
+	for _, g := range c.Graphs {
+		if g == nil {
+			continue
+		}
+		for _, n := range g.Nodes() {
+			if child := n.ChildGraph(); child != nil && !seen[persistence.GraphKey(child.Name(), child.Version())] {
+				errs = append(errs, fmt.Errorf("config: Graphs: node %q of graph %q starts executions of graph %q version %q, "+
+					"which Graphs does not list: add it", n.Name(), g.Name(), child.Name(), child.Version()))
+			}
+		}
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration

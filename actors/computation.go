@@ -33,6 +33,9 @@ const (
 	// OutcomeOrphaned: the replica's Stop stopped waiting before the function returned. The
 	// attempt stays RUNNING until its heartbeat deadline passes, and nothing was written.
 	OutcomeOrphaned = "orphaned: the replica stopped before the function returned"
+	// OutcomeWaiting: a map node started its children, or found them running, and waits for them
+	// without a claim (WAITING): the end of the last makes it AVAILABLE again.
+	OutcomeWaiting = "waiting for its children"
 )
 
 // releaseTimeout bounds the release of an attempt at a stop.
@@ -258,6 +261,16 @@ func (a *computation) attempt(ctx context.Context) *pendingOutcome {
 	vals := a.c.ClaimedValues()
 	used := persistence.Signature(a.node, vals)
 	result, err := a.invoke(persistence.WithAttempt(ctx, a.c), vals)
+	switch {
+	case errors.Is(err, errWaiting):
+		a.tellReturned()
+		a.end(OutcomeWaiting, "", nil)
+		return nil
+	case errors.Is(err, persistence.ErrClaimLost):
+		a.tellReturned()
+		a.end(OutcomeDropped, telemetry.OutcomeClaimLost, err)
+		return nil
+	}
 	if err != nil {
 		if a.env.base.Err() != nil && !a.lost.Load() {
 			// The replica stops: the function was interrupted, not failed. A result that it
@@ -287,6 +300,8 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 	switch a.node.Kind() {
 	case graph.KindCompute, graph.KindMutate:
 		return a.node.Func()(ctx, vals)
+	case graph.KindMap:
+		return a.mapChildren(ctx, vals)
 	case graph.KindTickOnce, graph.KindTickRecurring:
 		t, err := a.node.Tick()(ctx, vals)
 		if err != nil {

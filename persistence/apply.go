@@ -548,12 +548,29 @@ type eventWrites struct {
 	ids, events, keys, failedNodes []string
 	phases                         []int
 	at                             []time.Time
+	// ends are the events that end a child execution (completed, failed, canceled), by their
+	// idempotency keys, each with its parent's map node: a claim of one counts the child's end in
+	// the node's progress (see reportsQuery).
+	ends                endWrites
+}
+
+// endWrites are the ends of child executions, for reportsQuery.
+type endWrites struct {
+	keys, parents, nodes []string
+	lanes                []int16
+	gens                 []int64
 }
 
 func (w *eventWrites) add(st *execState, e eventClaim) {
+	key := fmt.Sprintf("%s:%s:%d", st.exec.ID, e.Event, e.Phase)
 	w.lanes, w.ids, w.events = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.events, e.Event)
-	w.keys = append(w.keys, fmt.Sprintf("%s:%s:%d", st.exec.ID, e.Event, e.Phase))
+	w.keys = append(w.keys, key)
 	w.failedNodes, w.phases, w.at = append(w.failedNodes, e.FailedNodes), append(w.phases, e.Phase), append(w.at, st.now)
+	if p := st.exec.Parent; p != nil && (e.Event == EventCompleted || e.Event == EventFailed || e.Event == EventCanceled) {
+		r := &w.ends
+		r.keys, r.parents, r.nodes = append(r.keys, key), append(r.parents, p.ID), append(r.nodes, p.Node)
+		r.lanes, r.gens = append(r.lanes, LaneOf(p.ID)), append(r.gens, p.Gen)
+	}
 }
 
 // eventsStep is the statement that claims the events of w, each once per phase whichever
@@ -561,7 +578,33 @@ func (w *eventWrites) add(st *execState, e eventClaim) {
 // any replica lists for the event in replica_heartbeats, or that this one can make. If it queued
 // any, the write announces them (PayloadNotice) once committed.
 func (s *Store) eventsStep(t *txn, w *eventWrites) step {
-	return step{s.q(`WITH c AS (
+	args := []any{w.lanes, w.ids, w.events, w.phases, w.keys, w.at, w.failedNodes, s.routes}
+	query := eventsQuery + eventsTail
+	if len(w.ends.keys) > 0 {
+		query = reportsQuery
+		args = append(args, w.ends.keys, w.ends.lanes, w.ends.parents, w.ends.nodes, w.ends.gens)
+	}
+	return step{s.q(query), args,
+		func(br pgx.BatchResults) error {
+			var queued, woken int
+			if err := br.QueryRow().Scan(&queued, &woken); err != nil {
+				return fmt.Errorf("claiming %d event(s): %w", len(w.ids), err)
+			}
+			if queued > 0 {
+				t.notes = append(t.notes, PayloadNotice)
+			}
+			if woken > 0 {
+				t.notes = append(t.notes, PayloadWork)
+			}
+			return nil
+		}}
+}
+
+// eventsQuery claims events, each once per phase whichever replicas race, and writes the
+// deliveries of those it claims to the outbox: one per target that any replica lists for the
+// event in replica_heartbeats, or that this one can make. It returns how many deliveries it
+// queued, and 0 map nodes woken (see reportsQuery).
+const eventsQuery = `WITH c AS (
 			INSERT INTO {s}.notification_claims (lane, execution_id, event, phase, idempotency_key, claimed_at, failed_nodes)
 			SELECT lane, execution_id, event, phase, idempotency_key, claimed_at, nullif(failed_nodes, '')::jsonb
 			FROM unnest($1::smallint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::text[])
@@ -573,19 +616,33 @@ func (s *Store) eventsStep(t *txn, w *eventWrites) step {
 			FROM c, (SELECT unnest(targets) AS route FROM {s}.replica_heartbeats UNION SELECT unnest($8::text[])) AS r
 			WHERE starts_with(r.route, c.event || ' ')
 			ORDER BY c.idempotency_key, r.route
+			RETURNING 1)`
+
+// eventsTail ends eventsQuery.
+const eventsTail = `
+		SELECT (SELECT count(*) FROM d), 0`
+
+// reportsQuery is eventsQuery, which also counts the end of each child execution that it claims,
+// once, in its parent's map node's progress ($9 to $13: the claims' keys, and the parents' lanes,
+// ids, nodes and generations): a claim that another write made first counts nothing, and a child
+// of a generation that the node has left behind (recomputed since) counts nothing either. The
+// last end of a generation makes the node, if it waits, AVAILABLE, to collect the results; it
+// returns how many it woke. The child's transaction holds its own execution's lock, then the
+// progress row's, then the node row's: the node's writers, which hold the parent's lock, never
+// wait for a child's.
+const reportsQuery = eventsQuery + `,
+		r AS (SELECT e.lane, e.parent, e.node, e.gen, count(*) AS n
+			FROM c JOIN unnest($9::text[], $10::smallint[], $11::text[], $12::text[], $13::bigint[]) AS e(key, lane, parent, node, gen)
+				ON e.key = c.idempotency_key
+			GROUP BY e.lane, e.parent, e.node, e.gen),
+		p AS (UPDATE {s}.map_progress m SET done = m.done + r.n FROM r
+			WHERE m.lane = r.lane AND m.execution_id = r.parent AND m.node = r.node AND m.gen = r.gen
+			RETURNING m.lane, m.execution_id, m.node, m.done >= m.total AS full),
+		w AS (UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = t.now, run_at = t.now
+			FROM p, (SELECT coalesce(min(at), now()) AS now FROM unnest($6::timestamptz[]) AS at) t
+			WHERE p.full AND n.lane = p.lane AND n.execution_id = p.execution_id AND n.node = p.node AND n.state = 'WAITING'
 			RETURNING 1)
-		SELECT count(*) FROM d`), []any{w.lanes, w.ids, w.events, w.phases, w.keys, w.at, w.failedNodes, s.routes},
-		func(br pgx.BatchResults) error {
-			var queued int
-			if err := br.QueryRow().Scan(&queued); err != nil {
-				return fmt.Errorf("claiming %d event(s): %w", len(w.ids), err)
-			}
-			if queued > 0 {
-				t.notes = append(t.notes, PayloadNotice)
-			}
-			return nil
-		}}
-}
+		SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM w)`
 
 // maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.
 const maxPayload = 7900

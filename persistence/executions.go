@@ -102,44 +102,9 @@ func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, it
 			t.tail = append(t.tail, s.insertSteps(ins)...)
 			return nil
 		}
-		if err := s.insert(ctx, t, ins); err != nil {
-			return err
-		}
-		// A new execution's state is known without loading it, and needs no lock: no one else
-		// sees it before the commit. As CreateExecution does, advance it with no values first.
-		// An execution that held its key already, or that an earlier try made, is left as it is.
-		states, started = nil, nil
-		for i, e := range ins.execs {
-			if !ins.made[i] {
-				continue
-			}
-			st := newState(*e, rg, e.CreatedAt, nil)
-			st.held = s.held(st.graphKey())
-			st.caller, st.claims = true, !t.caller
-			st.traceparent = telemetry.Traceparent(ctx)
-			if err := st.advance(); err != nil {
-				return err
-			}
-			// Then, as SetValues does, the item's values as one change, advanced again. finish
-			// notifies the dispatchers and promotes gated work once for all of them; no one can be
-			// waiting on an execution before it exists.
-			if item := items[i]; len(item) > 0 {
-				st.revision++
-				for _, name := range slices.Sorted(maps.Keys(item)) {
-					st.setValue(name, item[name], nil, st.revision)
-				}
-				err := st.advance()
-				if len(items) > 1 && errors.Is(err, ErrInvalidValue) {
-					err = fmt.Errorf("inputs[%d]: %w", i, err)
-				}
-				if err != nil {
-					return err
-				}
-			}
-			st.changed = false
-			states, started = append(states, st), append(started, i)
-		}
-		return s.finish(ctx, t, states)
+		var err error
+		states, started, err = s.startIn(ctx, t, rg, items, ins)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -151,12 +116,63 @@ func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, it
 	if !caller {
 		s.committed(ctx, states)
 	}
+	return ins.started(states, started), nil
+}
+
+// started returns the executions of ins, once the states of those it made, of the items started,
+// are written.
+func (ins *inserts) started(states []*execState, started []int) []*Execution {
 	for j, st := range states {
 		e := &st.exec
 		e.Revision = st.revision - int64(len(st.claimed)) // the write's, before the claims it made
 		ins.execs[started[j]] = e
 	}
-	return ins.execs, nil
+	return ins.execs
+}
+
+// startIn inserts the executions of ins in t, of rg, the graph as the store serves it, and sets
+// and advances each one's values, items[i]; it returns the states of those it made, and the item
+// of each. The caller commits t, then calls committed with the states.
+func (s *Store) startIn(ctx context.Context, t *txn, rg *graph.Graph, items []map[string]json.RawMessage, ins *inserts) ([]*execState, []int, error) {
+	if err := s.insert(ctx, t, ins); err != nil {
+		return nil, nil, err
+	}
+	// A new execution's state is known without loading it, and needs no lock: no one else
+	// sees it before the commit. As CreateExecution does, advance it with no values first.
+	// An execution that held its key already, or that an earlier try made, is left as it is.
+	var states []*execState
+	var started []int // the item of each state
+	for i, e := range ins.execs {
+		if !ins.made[i] {
+			continue
+		}
+		st := newState(*e, rg, e.CreatedAt, nil)
+		st.held = s.held(st.graphKey())
+		st.caller, st.claims = true, !t.caller
+		st.traceparent = telemetry.Traceparent(ctx)
+		if err := st.advance(); err != nil {
+			return nil, nil, err
+		}
+		// Then, as SetValues does, the item's values as one change, advanced again. finish
+		// notifies the dispatchers and promotes gated work once for all of them; no one can be
+		// waiting on an execution before it exists.
+		if item := items[i]; len(item) > 0 {
+			st.revision++
+			for _, name := range slices.Sorted(maps.Keys(item)) {
+				st.setValue(name, item[name], nil, st.revision)
+			}
+			err := st.advance()
+			if len(items) > 1 && errors.Is(err, ErrInvalidValue) {
+				err = fmt.Errorf("inputs[%d]: %w", i, err)
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		st.changed = false
+		states, started = append(states, st), append(started, i)
+	}
+	return states, started, s.finish(ctx, t, states)
 }
 
 // maxKeyRounds bounds the rounds of a keyed insert (see Store.insert).
@@ -169,6 +185,8 @@ type inserts struct {
 	gs    []*graph.Graph
 	keys  []string // one per start, "" for none; nil when no start has a key
 	prios []int16  // one per start (journey.WithPriority), or nil for none
+	// parents are the starts' Parent, as JSON, one per start, or nil for none (see StartChildren).
+	parents []string
 	// execs holds the execution of each start that has been found: the one it inserted, or the
 	// one that held its key, or that an earlier try of the start made; made tells which it
 	// inserted. pending are the others.
@@ -277,6 +295,7 @@ func (s *Store) insert(ctx context.Context, t *txn, ins *inserts) error {
 func (s *Store) insertSteps(ins *inserts) []step {
 	var ids, names, versions, keys, heldKeys, heldNames []string
 	var lanes, prios []int16
+	var parents []string
 	seen := map[[2]string]bool{}
 	pending := ins.pending
 	if ins.keys != nil {
@@ -303,6 +322,9 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		if ins.prios != nil {
 			prios = append(prios, ins.prios[i])
 		}
+		if ins.parents != nil {
+			parents = append(parents, ins.parents[i])
+		}
 	}
 	var steps []step
 	for i, j := 0, 0; i < len(ids); i = j {
@@ -312,11 +334,15 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		if prios != nil {
 			prio = prios[i:j]
 		}
-		steps = append(steps, step{s.q(`WITH e AS (SELECT lane, id, graph_name, graph_version, key, priority, ord
-				FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[], $7::smallint[])
-				WITH ORDINALITY AS e(lane, id, graph_name, graph_version, key, priority, ord)),
-			made AS (INSERT INTO {s}.executions (lane, id, graph_name, graph_version, revision, key, priority, created_at, updated_at)
-				SELECT e.lane, e.id, e.graph_name, e.graph_version, 0, nullif(e.key, ''), coalesce(e.priority, 0), t.now, t.now
+		var parent []string
+		if parents != nil {
+			parent = parents[i:j]
+		}
+		steps = append(steps, step{s.q(`WITH e AS (SELECT lane, id, graph_name, graph_version, key, priority, parent, ord
+				FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[], $7::smallint[], $8::text[])
+				WITH ORDINALITY AS e(lane, id, graph_name, graph_version, key, priority, parent, ord)),
+			made AS (INSERT INTO {s}.executions (lane, id, graph_name, graph_version, revision, key, priority, parent, created_at, updated_at)
+				SELECT e.lane, e.id, e.graph_name, e.graph_version, 0, nullif(e.key, ''), coalesce(e.priority, 0), nullif(e.parent, '')::jsonb, t.now, t.now
 				FROM e, (SELECT coalesce($6::timestamptz, now()) AS now) t
 				ORDER BY e.ord
 				ON CONFLICT DO NOTHING
@@ -325,7 +351,7 @@ func (s *Store) insertSteps(ins *inserts) []step {
 		UNION ALL
 		SELECT ` + s.executionRead("x", s.pinned("n", "$1")) + `, false FROM ` + executionKeys("$1", "$2") + ` k
 		JOIN {s}.executions x ON x.lane = k.lane AND x.id = k.id WHERE x.id NOT IN (SELECT id FROM made)` + s.pinned("x", "$1")),
-			[]any{lanes[i:j], ids[i:j], names[i:j], versions[i:j], keys[i:j], s.clock.NowOrNil(), orEmpty(prio)}, collect(&ins.rows)})
+			[]any{lanes[i:j], ids[i:j], names[i:j], versions[i:j], keys[i:j], s.clock.NowOrNil(), orEmpty(prio), orEmpty(parent)}, collect(&ins.rows)})
 	}
 	if ins.keys == nil {
 		return steps

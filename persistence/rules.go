@@ -138,6 +138,13 @@ func (st *execState) advanceNode(n graph.Node, due, all graph.Values) (bool, err
 		delete(st.latest, name)
 		latest = nil
 	}
+	if latest != nil && latest.State == StateWaiting && !same && st.exec.ArchivedAt == nil {
+		// A map node that waits for the children of values before: it is computed again at once,
+		// and its new attempt ends them (see persistence/maps.go), rather than waiting for them.
+		why := "canceled: node " + name + " was computed again for new values"
+		latest.State, latest.Error, latest.FinishedAt = StateCanceled, &why, &st.now
+		st.attemptChanged(latest)
+	}
 	if st.exec.ArchivedAt != nil || latest != nil && latest.active() {
 		return false, nil
 	}

@@ -59,6 +59,9 @@ const (
 	StateCanceled  = "CANCELED"
 	// StatePaused: the attempt waits for its execution's Resume; no claim or promotion reads it.
 	StatePaused = "PAUSED"
+	// StateWaiting: a map node's attempt waits for its children to end (see graph.Map); the end
+	// of the last makes it AVAILABLE again, to collect their results.
+	StateWaiting = "WAITING"
 )
 
 // Notification payloads sent on the store's channel. A payload of PayloadWork means new work is
@@ -362,9 +365,21 @@ type Execution struct {
 	PausedAt *time.Time `bun:"paused_at"`
 	// Priority is the execution's priority (journey.WithPriority), which adds to each node's.
 	Priority int16 `bun:"priority"`
+	// Parent is, for a child execution (graph.Map, graph.Child), its parent's map node; nil for
+	// any other.
+	Parent *Parent `bun:"parent,type:jsonb"`
 	// Existing is set by CreateExecutions and Write, on the execution of a keyed start that held
 	// the key already: that start started nothing.
 	Existing bool `bun:"-" db:"-"`
+}
+
+// Parent is what a child execution knows of its parent: the parent's id, the map node that
+// started it, the node's generation (see MapProgress) and the child's place in its list.
+type Parent struct {
+	ID    string `json:"id"`
+	Node  string `json:"node"`
+	Gen   int64  `json:"gen"`
+	Index int    `json:"index"`
 }
 
 // Computation is one attempt of one node: the current attempt of a node row, or a row of the
@@ -410,7 +425,8 @@ func (c *Computation) gated() bool { return c.ConcurrencyKey != nil || c.MaxPara
 
 // active reports whether the attempt is still to run or running.
 func (c *Computation) active() bool {
-	return c.State == StatePending || c.State == StateAvailable || c.State == StateRunning || c.State == StatePaused
+	return c.State == StatePending || c.State == StateAvailable || c.State == StateRunning || c.State == StatePaused ||
+		c.State == StateWaiting
 }
 
 // failedForGood reports whether this attempt ended the node's budget: a failed or abandoned
