@@ -48,6 +48,17 @@ type Execution struct {
 	PausedAt *time.Time `json:",omitempty"`
 	// Priority is the execution's priority (WithPriority), 0 for none.
 	Priority int `json:",omitempty"`
+	// Parent is, for a child execution (graph.Map, graph.Child), its parent's node that started
+	// it; nil for any other.
+	Parent *Parent `json:",omitempty"`
+}
+
+// Parent is the node of a parent execution that started a child execution: the parent's ID, the
+// Map or Child node, and the child's place in the node's list of items.
+type Parent struct {
+	ID    string
+	Node  string
+	Index int
 }
 
 func toExecution(e *persistence.Execution) *Execution {
@@ -55,8 +66,15 @@ func toExecution(e *persistence.Execution) *Execution {
 		ID: e.ID, Graph: e.GraphName, Version: e.GraphVersion, Revision: e.Revision,
 		ArchivedAt: e.ArchivedAt, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 		Key: deref(e.Key), Existing: e.Existing, CanceledAt: e.CanceledAt, CancelReason: deref(e.CancelReason),
-		PausedAt: e.PausedAt, Priority: int(e.Priority),
+		PausedAt: e.PausedAt, Priority: int(e.Priority), Parent: toParent(e.Parent),
 	}
+}
+
+func toParent(p *persistence.Parent) *Parent {
+	if p == nil {
+		return nil
+	}
+	return &Parent{ID: p.ID, Node: p.Node, Index: p.Index}
 }
 
 // ComputationState is the state of one attempt:
@@ -74,6 +92,8 @@ const (
 	StateAbandoned ComputationState = persistence.StateAbandoned
 	StateCanceled  ComputationState = persistence.StateCanceled
 	StatePaused    ComputationState = persistence.StatePaused
+	// StateWaiting: a Map or Child node's attempt waits for its children to end.
+	StateWaiting ComputationState = persistence.StateWaiting
 )
 
 // Computation is one attempt of a node, as Computations reports it.

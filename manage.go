@@ -26,7 +26,29 @@ func (r *Runtime) Archive(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	return r.store.SetArchived(ctx, id, true)
+	if err := r.store.SetArchived(ctx, id, true); err != nil {
+		return err
+	}
+	return r.children(ctx, id, func(child string) error { return r.store.SetArchived(ctx, child, true) })
+}
+
+// children applies fn to the unarchived children of execution id (graph.Map, graph.Child), and to
+// theirs, after id's own change has committed: a parent's cancel, pause, resume or archive
+// reaches its children. Each child's change is a transaction of its own.
+func (r *Runtime) children(ctx context.Context, id string, fn func(child string) error) error {
+	ids, err := r.store.Children(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, child := range ids {
+		if err := fn(child); err != nil {
+			return fmt.Errorf("child %s of %s: %w", child, id, err)
+		}
+		if err := r.children(ctx, child, fn); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Cancel cancels an execution, for reason: it stops for good. Its attempts that wait end
@@ -44,7 +66,12 @@ func (r *Runtime) Cancel(ctx context.Context, id, reason string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	return r.store.Cancel(ctx, id, reason)
+	if err := r.store.Cancel(ctx, id, reason); err != nil {
+		return err
+	}
+	return r.children(ctx, id, func(child string) error {
+		return r.store.Cancel(ctx, child, "its parent "+id+" was canceled: "+reason)
+	})
 }
 
 // Pause pauses an execution: nothing of it is claimed or promoted until Resume. Its waiting
@@ -56,7 +83,10 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	return r.store.SetPaused(ctx, id, true)
+	if err := r.store.SetPaused(ctx, id, true); err != nil {
+		return err
+	}
+	return r.children(ctx, id, func(child string) error { return r.store.SetPaused(ctx, child, true) })
 }
 
 // Resume resumes a paused execution: what waits runs, in the order it came due, on whichever
@@ -65,7 +95,10 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	return r.store.SetPaused(ctx, id, false)
+	if err := r.store.SetPaused(ctx, id, false); err != nil {
+		return err
+	}
+	return r.children(ctx, id, func(child string) error { return r.store.SetPaused(ctx, child, false) })
 }
 
 // PauseGraph pauses a graph version: no replica claims its work until ResumeGraph. The waiting

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +71,175 @@ func TestMapFailsWithTheChildThatFailed(t *testing.T) {
 	waitFor(t, "the map to fail", func() bool { return countStates(t, rt, ex.ID, "charges")[journey.StateFailed] == 1 })
 	tries := attempts(t, rt, ex.ID, "charges")
 	require.Contains(t, tries[len(tries)-1].Error, "failed: charged: card declined")
+}
+
+// children lists the executions of graph line, archived included, by their parent's id.
+func childrenOf(t *testing.T, rt *journey.Runtime, parent string) []*journey.Execution {
+	t.Helper()
+	list, err := rt.List(testCtx(t), journey.ListQuery{Graph: "line", IncludeArchived: true})
+	require.NoError(t, err)
+	var out []*journey.Execution
+	for _, e := range list {
+		if e.Parent != nil && e.Parent.ID == parent {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// A Map retried after a child failed starts no second child: it finds its children, and collects
+// them again once the failed one has been retried and completed.
+func TestMapRetriedStartsNoSecondChild(t *testing.T) {
+	t.Parallel()
+	var broken atomic.Bool
+	broken.Store(true)
+	line := lineGraph(func(ctx context.Context, in graph.Values) (any, error) {
+		if in.String("sku") == "flaky" && broken.Load() {
+			return nil, graph.Permanent(errors.New("card declined"))
+		}
+		return in.String("sku"), nil
+	})
+	order := ordersGraph(line)
+	rt := newRuntime(t, testConfig(t, order, line))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, order, journey.WithValues(map[string]any{"lines": []map[string]any{
+		{"sku": "a", "cents": 1}, {"sku": "flaky", "cents": 2},
+	}}))
+	require.NoError(t, err)
+	waitFor(t, "the map to fail", func() bool { return countStates(t, rt, ex.ID, "charges")[journey.StateFailed] == 1 })
+	require.Len(t, childrenOf(t, rt, ex.ID), 2)
+
+	require.NoError(t, rt.Retry(ctx, ex.ID, "charges"))
+	waitFor(t, "the map to fail again", func() bool { return countStates(t, rt, ex.ID, "charges")[journey.StateFailed] == 2 })
+	children := childrenOf(t, rt, ex.ID)
+	require.Len(t, children, 2, "the retry found the children it had")
+
+	broken.Store(false)
+	flaky := children[0]
+	if flaky.Parent.Index != 1 {
+		flaky = children[1]
+	}
+	require.Equal(t, 1, flaky.Parent.Index)
+	require.NoError(t, rt.Retry(ctx, flaky.ID, "charged"))
+	_, err = rt.Get(ctx, flaky.ID, "charged", journey.WaitAny())
+	require.NoError(t, err)
+	require.NoError(t, rt.Retry(ctx, ex.ID, "charges"))
+	v, err := rt.Get(ctx, ex.ID, "charges", journey.WaitAny())
+	require.NoError(t, err)
+	require.JSONEq(t, `["a", "flaky"]`, string(v.Raw))
+	require.Len(t, childrenOf(t, rt, ex.ID), 2)
+}
+
+func TestMapCollectsFailuresWhenAsked(t *testing.T) {
+	t.Parallel()
+	line := lineGraph(charge)
+	order := ordersGraph(line, graph.CollectFailures())
+	rt := newRuntime(t, testConfig(t, order, line))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, order, journey.WithValues(map[string]any{"lines": []map[string]any{
+		{"sku": "broken", "cents": 1}, {"sku": "b", "cents": 2},
+	}}))
+	require.NoError(t, err)
+	v, err := rt.Get(ctx, ex.ID, "charges", journey.WaitAny())
+	require.NoError(t, err)
+	var got []map[string]any
+	require.NoError(t, json.Unmarshal(v.Raw, &got))
+	require.Len(t, got, 2)
+	require.Equal(t, true, got[0]["failed"])
+	require.Contains(t, got[0]["error"], "card declined")
+	require.Equal(t, map[string]any{"sku": "b", "cents": float64(2)}, got[1])
+}
+
+// Child starts one execution; its value is that child's result. Without Result, the result is the
+// object of the child's values.
+func TestChildTakesItsOneChildResult(t *testing.T) {
+	t.Parallel()
+	line := lineGraph(charge)
+	g := graph.MustNew("single", "v1", []graph.Node{
+		graph.Input("sku"),
+		graph.Child("one", graph.Needs("sku"), line, func(in graph.Values) (map[string]any, error) {
+			return map[string]any{"sku": in.String("sku"), "cents": 7}, nil
+		}),
+	})
+	rt := newRuntime(t, testConfig(t, g, line))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"sku": "z"}))
+	require.NoError(t, err)
+	v, err := rt.Get(ctx, ex.ID, "one", journey.WaitAny())
+	require.NoError(t, err)
+	require.JSONEq(t, `{"sku": "z", "cents": 7, "charged": {"sku": "z", "cents": 7}}`, string(v.Raw))
+}
+
+// When the parent's upstream changes while its children run, the map is computed again at once:
+// the children of the values before are canceled and archived, which frees their keys, and the
+// new values' children start.
+func TestMapComputedAgainEndsTheChildrenBefore(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	line := lineGraph(func(ctx context.Context, in graph.Values) (any, error) {
+		if in.String("sku") == "slow" {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return in.String("sku"), nil
+	})
+	order := ordersGraph(line)
+	rt := newRuntime(t, testConfig(t, order, line))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, order, journey.WithValues(map[string]any{"lines": []map[string]any{{"sku": "slow", "cents": 1}}}))
+	require.NoError(t, err)
+	waitFor(t, "the map to wait for its child", func() bool { return countStates(t, rt, ex.ID, "charges")[journey.StateWaiting] == 1 })
+	_, err = rt.Set(ctx, ex.ID, "lines", []map[string]any{{"sku": "x", "cents": 1}, {"sku": "y", "cents": 2}})
+	require.NoError(t, err)
+	waitFor(t, "the new value", func() bool {
+		v, err := rt.Get(ctx, ex.ID, "charges")
+		return err == nil && string(v.Raw) == `["x", "y"]`
+	})
+	close(gate)
+	children := childrenOf(t, rt, ex.ID)
+	require.Len(t, children, 3)
+	for _, c := range children {
+		if c.Parent.Index == 0 && c.CanceledAt != nil {
+			require.NotNil(t, c.ArchivedAt, "the child before is archived")
+			require.Contains(t, c.CancelReason, "computed again")
+		}
+	}
+	var canceled int
+	for _, c := range children {
+		if c.CanceledAt != nil {
+			canceled++
+		}
+	}
+	require.Equal(t, 1, canceled, "the slow child of the values before")
+}
+
+// Cancel, Pause and Archive of a parent reach its children.
+func TestParentCancelReachesTheChildren(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 2)
+	line := lineGraph(func(ctx context.Context, in graph.Values) (any, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	order := ordersGraph(line)
+	rt := newRuntime(t, testConfig(t, order, line))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, order, journey.WithValues(map[string]any{"lines": []map[string]any{{"sku": "a", "cents": 1}, {"sku": "b", "cents": 2}}}))
+	require.NoError(t, err)
+	for range 2 {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the children did not start")
+		}
+	}
+	require.NoError(t, rt.Cancel(ctx, ex.ID, "customer left"))
+	for _, c := range childrenOf(t, rt, ex.ID) {
+		require.NotNil(t, c.CanceledAt, c.ID)
+		require.Equal(t, "its parent "+ex.ID+" was canceled: customer left", c.CancelReason)
+	}
 }

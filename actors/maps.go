@@ -26,7 +26,7 @@ func (a *computation) mapChildren(ctx context.Context, vals graph.Values) (any, 
 	if err != nil {
 		return nil, err
 	}
-	if progress == nil || progress.Sig != c.ComputedWith {
+	if !progress.Of(c) {
 		items, err := a.items(vals)
 		if err != nil {
 			return nil, err

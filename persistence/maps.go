@@ -39,6 +39,12 @@ type MapProgress struct {
 	Done  int    `bun:"done"`
 }
 
+// Of reports whether p is the progress of the generation of c: c computes with the same upstream
+// revisions (a retry, or the claim that collects). A nil p is no one's.
+func (p *MapProgress) Of(c *Computation) bool {
+	return p != nil && sameSignature(p.Sig, parseSignature(c.ComputedWith))
+}
+
 // ChildKey is the key of a map node's child: the parent, the node and the child's place, so
 // that the node never starts two children for one item.
 func ChildKey(parentID, node string, index int) string {
@@ -143,7 +149,8 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 		} else {
 			_, err := t.pg.Exec(ctx, s.q(`INSERT INTO {s}.map_progress (lane, execution_id, node, gen, sig, total, done)
 				VALUES ($1, $2, $3, $4, $5, $6, 0)
-				ON CONFLICT (lane, execution_id, node) DO UPDATE SET gen = excluded.gen, sig = excluded.sig, total = excluded.total, done = 0`),
+				ON CONFLICT (lane, execution_id, node) DO UPDATE SET gen = excluded.gen, sig = excluded.sig, total = excluded.total, done = 0
+				WHERE map_progress.gen <> excluded.gen`),
 				lane, c.ExecutionID, c.Node, c.ID, sig, len(items))
 			if err != nil {
 				return fmt.Errorf("writing the progress of node %q of %s: %w", c.Node, c.ExecutionID, err)
