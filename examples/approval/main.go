@@ -4,9 +4,9 @@
 //   - an input node that a person sets later: the manager's decision, set with rt.Set whenever
 //     it comes, from any replica;
 //   - a durable sleep between two steps: the request goes to the manager, then a graph.TickOnce
-//     comes due a day later (a second, for the demo), and the reminder follows it, unless the
+//     comes due a day later (two seconds, for the demo), and the reminder follows it, unless the
 //     manager has decided by then;
-//   - a deadline: another graph.TickOnce, three days after the request (three seconds, for the
+//   - a deadline: another graph.TickOnce, three days after the request (four seconds, for the
 //     demo), and a node gated on graph.Or of the decision and the deadline, which decides from
 //     the values which came first: an expense that no one approved in time is rejected.
 //
@@ -55,8 +55,9 @@ type timing struct {
 	DecideWithin time.Duration
 }
 
-// demoTiming stands for a day and three days, in seconds, so that the program ends soon.
-var demoTiming = timing{RemindAfter: time.Second, DecideWithin: 3 * time.Second}
+// demoTiming stands for a day and three days, in seconds, so that the program ends soon; the
+// two seconds before the reminder leave room for the approval of the first claim on a busy machine.
+var demoTiming = timing{RemindAfter: 2 * time.Second, DecideWithin: 4 * time.Second}
 
 // approval is the graph. Its steps send messages through mail, so it is built with it.
 func approval(mail *mailer, t timing) *graph.Graph {

@@ -21,11 +21,11 @@ func TestApproval(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, []string{
 		"ada claims 42.00 for a train ticket",
-		"  to the manager: please approve ada's 42.00 for a train ticket within 3s",
+		"  to the manager: please approve ada's 42.00 for a train ticket within 4s",
 		"  the manager approves",
 		"  to ada: your 42.00 for a train ticket is approved",
 		"bob claims 980.00 for a conference pass",
-		"  to the manager: please approve bob's 980.00 for a conference pass within 3s",
+		"  to the manager: please approve bob's 980.00 for a conference pass within 4s",
 		"  to the manager: reminder: bob's 980.00 for a conference pass waits for your decision",
 		"  to bob: your 980.00 for a conference pass is rejected: no decision in time",
 	}, exampletest.Run(t, run))
