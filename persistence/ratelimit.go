@@ -243,23 +243,22 @@ func (s *Store) countWindows(ctx context.Context, pg *pgx.Conn, windows []*rateW
 
 // rateKeysQuery finds the rate keys of the nodes $1 of graph versions $2 (the served
 // rate-limited ones) that have attempts due at $3: it walks nodes_pending_rated_idx from key to
-// key, and probes each key's oldest attempt.
+// key, each step reading the key's oldest attempt (if that one is not due, none of the key's is).
+// The walk takes the index's whole order, which no other index gives.
 const rateKeysQuery = `WITH RECURSIVE rkeys AS (
-			SELECT first.graph_key, first.node, first.rate_key FROM unnest($1::text[], $2::text[]) AS l(graph_key, node)
+			SELECT first.graph_key, first.node, first.rate_key, first.run_at FROM unnest($1::text[], $2::text[]) AS l(graph_key, node)
 			CROSS JOIN LATERAL (
-				SELECT c.graph_key, c.node, c.rate_key FROM {s}.nodes c
+				SELECT c.graph_key, c.node, c.rate_key, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.rate_key IS NOT NULL AND c.graph_key = l.graph_key AND c.node = l.node
-				ORDER BY c.rate_key LIMIT 1) first
+				ORDER BY c.rate_key, c.run_at, c.attempt_id LIMIT 1) first
 			UNION ALL
-			SELECT next.graph_key, next.node, next.rate_key FROM rkeys CROSS JOIN LATERAL (
-				SELECT c.graph_key, c.node, c.rate_key FROM {s}.nodes c
+			SELECT next.graph_key, next.node, next.rate_key, next.run_at FROM rkeys CROSS JOIN LATERAL (
+				SELECT c.graph_key, c.node, c.rate_key, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.rate_key IS NOT NULL AND c.graph_key = rkeys.graph_key AND c.node = rkeys.node
 					AND c.rate_key > rkeys.rate_key
-				ORDER BY c.rate_key LIMIT 1) next
+				ORDER BY c.rate_key, c.run_at, c.attempt_id LIMIT 1) next
 		)
-		SELECT rkeys.graph_key, rkeys.node, rkeys.rate_key FROM rkeys WHERE EXISTS (SELECT 1 FROM {s}.nodes c
-			WHERE c.state = 'PENDING' AND c.rate_key IS NOT NULL AND c.graph_key = rkeys.graph_key AND c.node = rkeys.node
-				AND c.rate_key = rkeys.rate_key AND c.run_at <= $3)`
+		SELECT graph_key, node, rate_key FROM rkeys WHERE run_at <= $3`
 
 // rateCountQuery counts, for the rate keys $3 of node $2 of graph version $1, the attempts that
 // take room in their windows, which start after $4: the AVAILABLE ones, and those claimed after
