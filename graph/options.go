@@ -246,9 +246,10 @@ func Priority(p int) NodeOption {
 // priority's head start included, see Priority), and is made AVAILABLE once the window has room:
 // only time frees room, never the end of an attempt, so a limit of 100 per minute holds however
 // fast the calls return. The promotion counts an attempt it made AVAILABLE as started until a
-// replica claims it, so that a claim that comes late cannot crowd a window. When the window is
-// full, the next promotion comes at the poll (PollInterval) or the sweep after room frees, and a
-// replica's poll comes as soon as it does.
+// replica claims it, so that a claim that comes late cannot crowd a window. No write announces
+// that a window has room again: a replica whose promotion found a window full polls when it frees,
+// rather than at its PollInterval. An attempt that a stopping replica hands back unrun (see
+// Runtime.Stop) counts again from its next claim, and no longer from the one it gave back.
 //
 // With ConcurrencyKey or MaxParallel on the same node, an attempt waits until all of them let it
 // start. RateLimit limits starts, MaxParallel limits attempts available or running at once: use

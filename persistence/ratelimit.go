@@ -52,6 +52,9 @@ type rateWindow struct {
 	Node     string `db:"node"`
 	RateKey  string `db:"rate_key"`
 	room     int
+	// freesAt is when the window has room again once full: its oldest claim counted, plus per;
+	// now plus per if it counted none (its next claim comes after now).
+	freesAt time.Time
 }
 
 // windowCount is what takes room in a rate key's window.
@@ -168,13 +171,11 @@ func (s *Store) chooseRated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 			chosen = append(chosen, &c.candidate)
 		}
 	}
-	// A window this fills has room again per after its first claim, which comes after now: its
-	// waiting attempts are looked at again then at the earliest.
-	for _, r := range s.rated {
-		for _, w := range open {
-			if w.GraphKey == r.graphKey && w.Node == r.node && room[[3]string{w.GraphKey, w.Node, w.RateKey}] == 0 {
-				s.wakeAt(now.Add(r.per))
-			}
+	// A window this fills has room again once its oldest claim leaves it: its waiting attempts are
+	// looked at again then.
+	for _, w := range open {
+		if room[[3]string{w.GraphKey, w.Node, w.RateKey}] == 0 {
+			s.wakeAt(w.freesAt)
 		}
 	}
 	return chosen, nil
@@ -223,17 +224,14 @@ func (s *Store) countWindows(ctx context.Context, pg *pgx.Conn, windows []*rateW
 			if w.GraphKey != r.graphKey || w.Node != r.node {
 				continue
 			}
-			w.room = r.n
+			w.room, w.freesAt = r.n, now.Add(r.per)
 			if c := byKey[w.RateKey]; c != nil {
 				w.room -= c.N
-				if w.room <= 0 { // full until its oldest claim leaves it, which an AVAILABLE one makes later
-					at := now.Add(r.per)
-					if c.Oldest != nil {
-						at = c.Oldest.Add(r.per)
-					}
-					if wake.IsZero() || at.Before(wake) {
-						wake = at
-					}
+				if c.Oldest != nil {
+					w.freesAt = c.Oldest.Add(r.per)
+				}
+				if w.room <= 0 && (wake.IsZero() || w.freesAt.Before(wake)) {
+					wake = w.freesAt
 				}
 			}
 		}
