@@ -184,6 +184,19 @@ func (d *dispatcher) promoteDue() {
 	}
 }
 
+// minRatePoll bounds how soon a poll for a rate limit's window comes after the last one.
+const minRatePoll = 10 * time.Millisecond
+
+// nextPoll is the wait before the next poll: PollInterval, or less if a rate limit's window has
+// room for waiting attempts before then (Store.RateWake), which nothing else announces.
+func (d *dispatcher) nextPoll() time.Duration {
+	wait := d.cfg.PollInterval
+	if in, ok := d.cfg.Store.RateWake(); ok && in < wait {
+		wait = max(in, minRatePoll)
+	}
+	return wait
+}
+
 // Receive implements actor.Actor.
 func (d *dispatcher) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
@@ -209,7 +222,7 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 		d.promoteDue()
 		d.runOnce(ctx)
 		// The next poll is timed from the end of this one: a slow round never stacks up polls.
-		d.cancelPoll = d.timers.SendOnce(d.cfg.PollInterval, ctx.Self(), pollTick{})
+		d.cancelPoll = d.timers.SendOnce(d.nextPoll(), ctx.Self(), pollTick{})
 	case localWork:
 		d.spawnLocal(ctx, msg)
 	case functionReturned:

@@ -91,6 +91,21 @@ func ExampleWhen() {
 	// true
 }
 
+func ExampleOr() {
+	// The outcome of an approval runs once the manager has decided or the deadline has passed.
+	// The runtime presents a tick to gates only once it is due.
+	gate := graph.Or(graph.Provided("decision"), graph.Provided("deadline"))
+	fmt.Println(gate, gate.Holds(nil))
+	fmt.Println(gate.Unmet(nil))
+
+	vals := graph.Values{"deadline": {Raw: json.RawMessage(`1767225600000`)}}
+	fmt.Println(gate.Holds(vals))
+	// Output:
+	// or(provided(decision), provided(deadline)) false
+	// one of: (needs "decision") or (needs "deadline")
+	// true
+}
+
 func ExampleNot() {
 	// A node gated like this computes at start, and is cleared once "unsubscribed" is set.
 	gate := graph.Not(graph.Provided("unsubscribed"))

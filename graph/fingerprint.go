@@ -16,8 +16,8 @@ import (
 // Description is the canonical description of a graph's definition: its nodes, their kinds,
 // gates and options, and the graph's options. It holds everything that decides how the graph's
 // executions behave but the functions, which cannot be compared: a ComputeFunc, TickFunc, When
-// predicate, Backoff, ConcurrencyKey or OnSave changed in place leaves it as it was, while adding
-// or removing one of the last three changes it. Options hold their resolved values, so a node
+// predicate, Backoff, ConcurrencyKey, RateKey or OnSave changed in place leaves it as it was, while
+// adding or removing one of the last four changes it. Options hold their resolved values, so a node
 // that states a default is described as one that relies on it. Nodes are in name order, so that
 // reordering their definitions changes nothing. The graph's name and version are not part of it.
 //
@@ -70,6 +70,10 @@ type NodeDescription struct {
 	One             bool   `json:"one,omitempty"`
 	Result          string `json:"result,omitempty"`
 	CollectFailures bool   `json:"collect_failures,omitempty"`
+	// RateLimit and RatePer are 0 for no rate limit; RateKey is true for a limit per key.
+	RateLimit int           `json:"rate_limit,omitempty"`
+	RatePer   time.Duration `json:"rate_per,omitempty"`
+	RateKey   bool          `json:"rate_key,omitempty"`
 }
 
 // Describe returns the graph's Description.
@@ -99,6 +103,7 @@ func (n Node) describe() NodeDescription {
 		d.MaxAttempts, d.AbandonAfter, d.MaxParallel = s.MaxAttempts, s.AbandonAfter, s.MaxParallel
 		d.HeartbeatInterval, d.HeartbeatTimeout = s.HeartbeatInterval, s.HeartbeatTimeout
 		d.Backoff, d.ConcurrencyKey, d.Priority = n.opts.given[optBackoff], s.ConcurrencyKey != nil, s.Priority
+		d.RateLimit, d.RatePer, d.RateKey = s.RateLimit, s.RatePer, s.RateKey != nil
 	}
 	if applies(optUpdateRevisionOnChange) {
 		d.UpdateRevisionOnChange = s.UpdateRevisionOnChange
@@ -213,6 +218,13 @@ var nodeFields = []field[NodeDescription]{
 	{"One", func(n NodeDescription) string { return strconv.FormatBool(n.One) }},
 	{"Result", func(n NodeDescription) string { return cmp.Or(n.Result, "none") }},
 	{"CollectFailures", func(n NodeDescription) string { return strconv.FormatBool(n.CollectFailures) }},
+	{"RateLimit", func(n NodeDescription) string {
+		if n.RateLimit == 0 {
+			return "no limit"
+		}
+		return fmt.Sprintf("%d per %v", n.RateLimit, n.RatePer)
+	}},
+	{"RateKey", func(n NodeDescription) string { return isSet(n.RateKey) }},
 }
 
 // isSet shows whether a function is set.

@@ -74,6 +74,9 @@ func TestFingerprintAndChanges(t *testing.T) {
 		{name: "Backoff", nodes: pay(Backoff(func(int) time.Duration { return 0 })), changes: []string{`node "pay": Backoff default → set`}},
 		{name: "ConcurrencyKey", nodes: pay(ConcurrencyKey(func(Values) string { return "" })),
 			changes: []string{`node "pay": ConcurrencyKey none → set`}},
+		{name: "RateLimit", nodes: pay(RateLimit(100, time.Minute)), changes: []string{`node "pay": RateLimit no limit → 100 per 1m0s`}},
+		{name: "RateKey", nodes: pay(RateLimit(100, time.Minute, RateKey(func(Values) string { return "" }))),
+			changes: []string{`node "pay": RateLimit no limit → 100 per 1m0s`, `node "pay": RateKey none → set`}},
 		{name: "OnSave", nodes: with(Input("order", OnSave(noopOnSave))), changes: []string{`node "order": OnSave none → set`}},
 		{name: "UpdateRevisionOnChange", nodes: with(Mutate("fix", Needs("ship"), noopCompute, []string{"address"}, UpdateRevisionOnChange())),
 			changes: []string{`node "fix": UpdateRevisionOnChange false → true`}},
@@ -109,7 +112,8 @@ func TestDescriptionJSON(t *testing.T) {
 	g := MustNew("shop", "v1", []Node{
 		Input("order", OnSave(noopOnSave)),
 		Compute("pay", Needs("order"), noopCompute, MaxAttempts(5), Heartbeat(time.Second, 3*time.Second),
-			ConcurrencyKey(func(Values) string { return "" }), MaxParallel(2)),
+			ConcurrencyKey(func(Values) string { return "" }), MaxParallel(2),
+			RateLimit(10, time.Minute, RateKey(func(Values) string { return "" }))),
 		Mutate("fix", Needs("pay"), noopCompute, []string{"order"}),
 		Historian("log", Needs("pay"), MaxEntries(7)),
 	}, CompletesWhen(Needs("pay")), Singleton(), IDPrefix("ORD"))

@@ -67,6 +67,14 @@ type Settings struct {
 	// CollectFailures, for a map node, keeps a child's failure as its result instead of failing
 	// the node. Default false.
 	CollectFailures bool
+	// RateLimit is how many attempts of the node may start within any RatePer, per RateKey,
+	// across all replicas (see RateLimit). Default 0, meaning no limit.
+	RateLimit int
+	// RatePer is the length of RateLimit's sliding window. Default 0.
+	RatePer time.Duration
+	// RateKey, when not nil, gives each key its own RateLimit. Default nil: one window for the
+	// node.
+	RateKey func(Values) string
 }
 
 // defaultSettings returns the settings of a node given no options.
@@ -111,6 +119,7 @@ const (
 	optPriority
 	optResult
 	optCollectFailures
+	optRateLimit
 	numOptions
 )
 
@@ -127,6 +136,7 @@ var optionNames = [numOptions]string{
 	optPriority:               "Priority",
 	optResult:                 "Result",
 	optCollectFailures:        "CollectFailures",
+	optRateLimit:              "RateLimit",
 }
 
 func (o option) String() string { return optionNames[o] }
@@ -135,6 +145,8 @@ func (o option) String() string { return optionNames[o] }
 type nodeOptions struct {
 	settings Settings
 	given    [numOptions]bool
+	// rateKeyGiven: RateLimit was given a RateKey, whose function may be nil.
+	rateKeyGiven bool
 }
 
 // NodeOption configures a node. Options are checked by New: a value out of range, or an option
@@ -251,6 +263,62 @@ func CollectFailures() NodeOption {
 	return func(o *nodeOptions) {
 		o.settings.CollectFailures = true
 		o.given[optCollectFailures] = true
+	}
+}
+
+// RateLimit allows at most n attempts of the node to start within any window of length per,
+// across all replicas and executions: per key with RateKey (per customer, per API account), or
+// for the whole node without. It is a sliding window: for any instant t, at most n attempts
+// started in (t-per, t]. An attempt starts when a replica claims it (its Computations
+// ClaimedAt); a retry is an attempt of its own, and starts again.
+//
+// An attempt that would exceed the limit waits PENDING, in the order it became ready (its
+// priority's head start included, see Priority), and is made AVAILABLE once the window has room:
+// only time frees room, never the end of an attempt, so a limit of 100 per minute holds however
+// fast the calls return. The promotion counts an attempt it made AVAILABLE as started until a
+// replica claims it, so that a claim that comes late cannot crowd a window. No write announces
+// that a window has room again: a replica whose promotion found a window full polls when it frees,
+// rather than at its PollInterval. An attempt that a stopping replica hands back unrun (see
+// Runtime.Stop) counts again from its next claim, and no longer from the one it gave back.
+//
+// With ConcurrencyKey or MaxParallel on the same node, an attempt waits until all of them let it
+// start. RateLimit limits starts, MaxParallel limits attempts available or running at once: use
+// both to bound the calls in flight as well as their rate.
+//
+// Every replica that runs a graph version with a rate limit must run a release that knows
+// RateLimit: a replica of an earlier release would promote the waiting attempts as though
+// nothing limited them. Adopt it once every replica runs this release.
+func RateLimit(n int, per time.Duration, opts ...RateOption) NodeOption {
+	var r rateOptions
+	for _, o := range opts {
+		o(&r)
+	}
+	return func(o *nodeOptions) {
+		o.settings.RateLimit, o.settings.RatePer = n, per
+		o.settings.RateKey = r.key
+		o.given[optRateLimit] = true
+		o.rateKeyGiven = r.keyGiven
+	}
+}
+
+// rateOptions collects the options given to RateLimit.
+type rateOptions struct {
+	key      func(Values) string
+	keyGiven bool
+}
+
+// RateOption configures a RateLimit.
+type RateOption func(*rateOptions)
+
+// RateKey gives each key its own RateLimit: fn derives the key from the execution's values, such
+// as the customer or the API account that the node calls for. The empty key is a key like any
+// other. A key is checked and stored as a ConcurrencyKey is: valid UTF-8 with no NUL character, at
+// most 1024 bytes; one that is not fails the Set or Start that would create the node's attempt,
+// and changes nothing, or, computed after a completion or a sweep, fails the node, as a panic of
+// fn does.
+func RateKey(fn func(Values) string) RateOption {
+	return func(o *rateOptions) {
+		o.key, o.keyGiven = fn, true
 	}
 }
 

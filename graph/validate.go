@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -242,6 +243,16 @@ func (v *validator) checkOptions(i int) {
 		case optPriority:
 			if s.Priority < 0 || s.Priority > MaxPriority {
 				v.nodef(i, "option Priority(%d) must be from 0 to %d; higher goes first", s.Priority, MaxPriority)
+			}
+		case optRateLimit:
+			if s.RateLimit <= 0 {
+				v.nodef(i, "option RateLimit(%d, %v) must allow at least 1 start; leave it out for no limit", s.RateLimit, s.RatePer)
+			}
+			if s.RatePer < time.Millisecond {
+				v.nodef(i, "option RateLimit(%d, %v) needs a window of at least 1ms", s.RateLimit, s.RatePer)
+			}
+			if n.opts.rateKeyGiven && s.RateKey == nil {
+				v.nodef(i, "option RateLimit has a RateKey with a nil function")
 			}
 		case optMaxEntries:
 			if s.MaxEntries <= 0 {

@@ -189,6 +189,31 @@ func TestNewValidation(t *testing.T) {
 			want:  `graph "g": node "c": option MaxParallel(0) must be at least 1`,
 		},
 		{
+			name:  "rate limit not positive",
+			nodes: []Node{in("a"), comp("c", Needs("a"), RateLimit(0, time.Second))},
+			want:  `graph "g": node "c": option RateLimit(0, 1s) must allow at least 1 start; leave it out for no limit`,
+		},
+		{
+			name:  "rate limit window not positive",
+			nodes: []Node{in("a"), comp("c", Needs("a"), RateLimit(5, 0))},
+			want:  `graph "g": node "c": option RateLimit(5, 0s) needs a window of at least 1ms`,
+		},
+		{
+			name:  "rate limit window under a millisecond",
+			nodes: []Node{in("a"), comp("c", Needs("a"), RateLimit(5, time.Microsecond))},
+			want:  `graph "g": node "c": option RateLimit(5, 1µs) needs a window of at least 1ms`,
+		},
+		{
+			name:  "rate key nil",
+			nodes: []Node{in("a"), comp("c", Needs("a"), RateLimit(5, time.Second, RateKey(nil)))},
+			want:  `graph "g": node "c": option RateLimit has a RateKey with a nil function`,
+		},
+		{
+			name:  "rate limit on input",
+			nodes: []Node{Input("a", RateLimit(5, time.Second))},
+			want:  `graph "g": node "a": option RateLimit does not apply to input nodes, which accept only OnSave`,
+		},
+		{
 			name:  "max entries not positive",
 			nodes: []Node{in("a"), Historian("h", Needs("a"), MaxEntries(-1))},
 			want:  `graph "g": node "h": option MaxEntries(-1) must be at least 1`,

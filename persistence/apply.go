@@ -234,7 +234,7 @@ type nodeWrites struct {
 	sigs, errs, ckeys                      column[pgtype.Text]
 	maxParallels                           column[pgtype.Int8]
 	createdAts, finishedAts, availableAts  column[pgtype.Timestamptz]
-	traceparents                           column[pgtype.Text]
+	traceparents, rateKeys                 column[pgtype.Text]
 	claimHere                              column[pgtype.Bool]
 	states_                                []*execState // the state of each row, for what the statement returns
 }
@@ -249,7 +249,7 @@ func (w *nodeWrites) reserve(n int) {
 	share(n, &w.lanes, &w.revs, &w.hseqs, &w.valueRevs, &w.attemptIDs, &w.attempts, &w.maxAttempts, &w.abandons, &w.beats,
 		&w.maxParallels)
 	share(n, &w.ids, &w.nodes, &w.keys, &w.values, &w.metas, &w.states, &w.replicas, &w.tokens, &w.sigs, &w.errs, &w.ckeys,
-		&w.traceparents)
+		&w.traceparents, &w.rateKeys)
 	share(n, &w.changedAts, &w.setAts, &w.runAts, &w.claimedAts, &w.deadlines, &w.beatDLs, &w.lastBeats, &w.createdAts,
 		&w.finishedAts, &w.availableAts)
 }
@@ -288,6 +288,7 @@ func (w *nodeWrites) add(st *execState, node string, rev int64) {
 		w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, n), append(w.beats, n), append(w.sigs, text), append(w.errs, text)
 		w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, text), append(w.maxParallels, n), append(w.createdAts, t)
 		w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, t), append(w.availableAts, t), append(w.traceparents, text)
+		w.rateKeys = append(w.rateKeys, text)
 		w.claimHere = append(w.claimHere, pgtype.Bool{Bool: false, Valid: true})
 		return
 	}
@@ -298,6 +299,7 @@ func (w *nodeWrites) add(st *execState, node string, rev int64) {
 	w.abandons, w.beats, w.sigs, w.errs = append(w.abandons, pgInt(c.AbandonAfterMS)), append(w.beats, pgInt(c.HeartbeatTimeoutMS)), append(w.sigs, pgText(c.ComputedWith)), append(w.errs, pgTextAt(c.Error))
 	w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, pgTextAt(c.ConcurrencyKey)), append(w.maxParallels, pgIntOf(c.MaxParallel)), append(w.createdAts, pgTime(c.CreatedAt))
 	w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, pgTimeAt(c.FinishedAt)), append(w.availableAts, pgTimeAt(c.AvailableAt)), append(w.traceparents, pgTextAt(c.Traceparent))
+	w.rateKeys = append(w.rateKeys, pgTextAt(c.RateKey))
 	w.claimHere = append(w.claimHere, pgtype.Bool{Bool: slices.Contains(st.claimed, c), Valid: true})
 }
 
@@ -307,7 +309,7 @@ func (w *nodeWrites) args(now any) []any {
 	return []any{&w.lanes, &w.ids, &w.nodes, &w.keys, &w.revs, &w.changedAts, &w.values, &w.metas, &w.valueRevs, &w.setAts,
 		&w.hseqs, &w.attemptIDs, &w.states, &w.attempts, &w.maxAttempts, &w.replicas, &w.tokens, &w.runAts, &w.claimedAts,
 		&w.deadlines, &w.beatDLs, &w.lastBeats, &w.abandons, &w.beats, &w.sigs, &w.errs, &w.ckeys, &w.maxParallels,
-		&w.createdAts, &w.finishedAts, &w.availableAts, &w.traceparents, &w.claimHere, now}
+		&w.createdAts, &w.finishedAts, &w.availableAts, &w.traceparents, &w.rateKeys, &w.claimHere, now}
 }
 
 // outcomeArgs are the arguments of nodeOutcomeQuery.
@@ -316,7 +318,7 @@ func (w *nodeWrites) outcomeArgs() []any {
 		&w.states, &w.sigs, &w.errs, &w.finishedAts}
 }
 
-// nodeRows is the rows of the node writes $1 to $33, at the time $34: an attempt claimed here
+// nodeRows is the rows of the node writes $1 to $34, at the time $35: an attempt claimed here
 // (claim_here) is stamped, with its deadlines, at the time of the statement, which goes with the
 // COMMIT, once the write holds its executions' locks (statement_timestamp(), not now(): the
 // transaction began before it waited for them). A write that waited longer than a heartbeat
@@ -330,17 +332,17 @@ const nodeRows = `SELECT r.lane, r.execution_id, r.node, r.graph_key, r.rev, r.c
 			AS heartbeat_deadline,
 		CASE WHEN r.claim_here THEN t.at ELSE r.last_heartbeat_at END AS last_heartbeat_at,
 		r.abandon_after_ms, r.heartbeat_timeout_ms, r.computed_with::jsonb, r.error, r.concurrency_key, r.max_parallel,
-		r.created_at, r.finished_at, r.available_at, r.traceparent
+		r.created_at, r.finished_at, r.available_at, r.traceparent, r.rate_key
 	FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::text[], $8::text[],
 			$9::bigint[], $10::timestamptz[], $11::bigint[], $12::bigint[], $13::text[], $14::int[], $15::int[], $16::text[],
 			$17::text[], $18::timestamptz[], $19::timestamptz[], $20::timestamptz[], $21::timestamptz[], $22::timestamptz[],
 			$23::bigint[], $24::bigint[], $25::text[], $26::text[], $27::text[], $28::int[], $29::timestamptz[],
-			$30::timestamptz[], $31::timestamptz[], $32::text[], $33::boolean[])
+			$30::timestamptz[], $31::timestamptz[], $32::text[], $33::text[], $34::boolean[])
 		AS r(lane, execution_id, node, graph_key, rev, changed_at, value, metadata, value_rev, set_at, hseq, attempt_id, state,
 			attempt, max_attempts, replica_id, claim_token, run_at, claimed_at, deadline, heartbeat_deadline,
 			last_heartbeat_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, error, concurrency_key, max_parallel,
-			created_at, finished_at, available_at, traceparent, claim_here),
-		(SELECT coalesce($34::timestamptz, statement_timestamp()) AS at) t`
+			created_at, finished_at, available_at, traceparent, rate_key, claim_here),
+		(SELECT coalesce($35::timestamptz, statement_timestamp()) AS at) t`
 
 // nodeReturning is what the node writes return: the values as PostgreSQL keeps them, and the
 // claims' times.
@@ -465,17 +467,17 @@ const historyInsertQuery = `INSERT INTO {s}.value_history (lane, execution_id, n
 const attemptsInsertQuery = `INSERT INTO {s}.attempts (lane, execution_id, node, graph_key, attempt_id, state, attempt,
 		max_attempts, replica_id, claim_token, run_at, claimed_at, deadline, heartbeat_deadline, last_heartbeat_at,
 		abandon_after_ms, heartbeat_timeout_ms, computed_with, error, concurrency_key, max_parallel, created_at, finished_at,
-		available_at, traceparent)
+		available_at, traceparent, rate_key)
 	SELECT lane, execution_id, node, graph_key, attempt_id, state, attempt, max_attempts, replica_id, claim_token::uuid, run_at,
 		claimed_at, deadline, heartbeat_deadline, last_heartbeat_at, abandon_after_ms, heartbeat_timeout_ms,
-		computed_with::jsonb, error, concurrency_key, max_parallel, created_at, finished_at, available_at, traceparent
+		computed_with::jsonb, error, concurrency_key, max_parallel, created_at, finished_at, available_at, traceparent, rate_key
 	FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::int[], $8::int[], $9::text[],
 			$10::text[], $11::timestamptz[], $12::timestamptz[], $13::timestamptz[], $14::timestamptz[], $15::timestamptz[],
 			$16::bigint[], $17::bigint[], $18::text[], $19::text[], $20::text[], $21::int[], $22::timestamptz[],
-			$23::timestamptz[], $24::timestamptz[], $25::text[])
+			$23::timestamptz[], $24::timestamptz[], $25::text[], $26::text[])
 		AS a(lane, execution_id, node, graph_key, attempt_id, state, attempt, max_attempts, replica_id, claim_token, run_at,
 			claimed_at, deadline, heartbeat_deadline, last_heartbeat_at, abandon_after_ms, heartbeat_timeout_ms,
-			computed_with, error, concurrency_key, max_parallel, created_at, finished_at, available_at, traceparent)`
+			computed_with, error, concurrency_key, max_parallel, created_at, finished_at, available_at, traceparent, rate_key)`
 
 // attemptColumnsOf returns the columns of cs, as attemptsInsertQuery's arguments.
 func attemptColumnsOf(cs []*Computation) []any {
@@ -486,6 +488,7 @@ func attemptColumnsOf(cs []*Computation) []any {
 	runAts, claimedAts, deadlines, beatDLs, lastBeats := make([]time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 	abandons, beats, sigs, errs, ckeys := make([]int64, n), make([]int64, n), make([]string, n), make([]*string, n), make([]*string, n)
 	maxParallels, createdAts, finishedAts, availableAts, traceparents := make([]*int, n), make([]time.Time, n), make([]*time.Time, n), make([]*time.Time, n), make([]*string, n)
+	rateKeys := make([]*string, n)
 	for i, c := range cs {
 		lanes[i], ids[i], nodes[i], keys[i] = c.Lane, c.ExecutionID, c.Node, c.GraphKey
 		attemptIDs[i], states[i], attempts[i], maxAttempts[i] = c.ID, c.State, c.Attempt, c.MaxAttempts
@@ -493,10 +496,11 @@ func attemptColumnsOf(cs []*Computation) []any {
 		runAts[i], claimedAts[i], deadlines[i], beatDLs[i], lastBeats[i] = c.RunAt, c.ClaimedAt, c.Deadline, c.HeartbeatDeadline, c.LastHeartbeatAt
 		abandons[i], beats[i], sigs[i], errs[i], ckeys[i] = c.AbandonAfterMS, c.HeartbeatTimeoutMS, cmp.Or(c.ComputedWith, "{}"), c.Error, c.ConcurrencyKey
 		maxParallels[i], createdAts[i], finishedAts[i], availableAts[i], traceparents[i] = c.MaxParallel, c.CreatedAt, c.FinishedAt, c.AvailableAt, c.Traceparent
+		rateKeys[i] = c.RateKey
 	}
 	return []any{lanes, ids, nodes, keys, attemptIDs, states, attempts, maxAttempts, replicas, tokens, runAts, claimedAts,
 		deadlines, beatDLs, lastBeats, abandons, beats, sigs, errs, ckeys, maxParallels, createdAts, finishedAts, availableAts,
-		traceparents}
+		traceparents, rateKeys}
 }
 
 // coldWrites are the executions rows to write: archived_at, failure_phase and wake_at, and the

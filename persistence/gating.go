@@ -28,6 +28,7 @@ type candidate struct {
 	GraphKey       string  `db:"graph_key"`
 	Node           string  `db:"node"`
 	MaxParallel    *int    `db:"max_parallel"`
+	RateKey        *string `db:"rate_key"`
 }
 
 type nodeCount struct {
@@ -102,7 +103,8 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 	// Every writer of a node row holds its execution's lock: the promotion skips the executions
 	// being written, whose writers promote what they make due.
 	lanes, err := s.lanesWith(ctx, s.db, `SELECT lane FROM {s}.nodes WHERE state = 'PENDING'
-		AND run_at <= coalesce(?::timestamptz, now()) AND concurrency_key IS NULL AND max_parallel IS NULL`, s.clock.NowOrNil())
+		AND run_at <= coalesce(?::timestamptz, now()) AND concurrency_key IS NULL AND max_parallel IS NULL AND rate_key IS NULL`,
+		s.clock.NowOrNil())
 	if err != nil {
 		return 0, err
 	}
@@ -113,7 +115,7 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 		FROM (SELECT c.lane, c.execution_id, c.node FROM {s}.nodes c
 			JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
 			WHERE c.state = 'PENDING' AND c.run_at <= coalesce(?::timestamptz, now())
-				AND c.concurrency_key IS NULL AND c.max_parallel IS NULL AND e.archived_at IS NULL`+lanePin("c", lane)+lanePin("e", lane)+`
+				AND c.concurrency_key IS NULL AND c.max_parallel IS NULL AND c.rate_key IS NULL AND e.archived_at IS NULL`+lanePin("c", lane)+lanePin("e", lane)+`
 			ORDER BY c.run_at, c.attempt_id LIMIT ? FOR UPDATE OF c, e SKIP LOCKED) l
 		WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node`+lanePin("n", lane)+`
 		RETURNING n.attempt_id`), s.clock.NowOrNil(), s.clock.NowOrNil(), promotionBatch).Scan(ctx, &promoted)
@@ -130,7 +132,7 @@ func (s *Store) PromoteDue(ctx context.Context) (int, error) {
 	var waiting bool
 	err = s.db.NewRaw(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.nodes
 		WHERE state = 'PENDING' AND run_at <= coalesce(?::timestamptz, now())
-			AND (concurrency_key IS NOT NULL OR max_parallel IS NOT NULL))`), s.clock.NowOrNil()).Scan(ctx, &waiting)
+			AND (concurrency_key IS NOT NULL OR max_parallel IS NOT NULL OR rate_key IS NOT NULL))`), s.clock.NowOrNil()).Scan(ctx, &waiting)
 	if err != nil || !waiting {
 		return len(ungated), err // nothing gated is due: leave the promotion lock alone
 	}
@@ -261,6 +263,14 @@ func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 	if len(lanes) > 1 { // oldest first across the lanes too, as the attempts' ids go
 		slices.SortFunc(cands, func(a, b *candidate) int { return cmp.Compare(a.ID, b.ID) })
 	}
+	// A rate-limited attempt that the walks above found waits for its window too: chooseRated
+	// decides it, and its concurrency key and limit are checked below.
+	cands = slices.DeleteFunc(cands, func(c *candidate) bool { return c.RateKey != nil })
+	rated, err := s.chooseRated(ctx, pg, now)
+	if err != nil {
+		return nil, err
+	}
+	cands = append(cands, rated...)
 	if len(cands) == 0 {
 		return nil, nil
 	}
@@ -280,6 +290,17 @@ func (s *Store) chooseGated(ctx context.Context, pg *pgx.Conn, now time.Time) ([
 	held, err := s.heldKeys(ctx, pg)
 	if err != nil {
 		return nil, err
+	}
+	if !s.citus { // chooseGatedQuery checked the holders of its own candidates' keys, not these
+		var keys []string
+		for _, c := range rated {
+			if c.ConcurrencyKey != nil {
+				keys = append(keys, *c.ConcurrencyKey)
+			}
+		}
+		if held, err = s.keysHeld(ctx, pg, keys); err != nil {
+			return nil, err
+		}
 	}
 	var chosen []*candidate
 	for _, c := range cands { // at most one per key
@@ -324,14 +345,14 @@ func (s *Store) heldKeys(ctx context.Context, pg *pgx.Conn) (map[string]bool, er
 
 // chooseGatedQuery is chooseGated's statement; see there.
 const chooseGatedQuery = `WITH RECURSIVE oldest AS (
-			(SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
+			(SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.rate_key, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key IS NOT NULL
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)
 				ORDER BY c.concurrency_key, c.run_at, c.attempt_id LIMIT 1)
 			UNION ALL
 			SELECT next.id, next.lane, next.execution_id, next.concurrency_key, next.graph_key, next.node, next.max_parallel,
-				next.run_at FROM oldest, LATERAL (
-				SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
+				next.rate_key, next.run_at FROM oldest, LATERAL (
+				SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.rate_key, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key > oldest.concurrency_key
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)
 				ORDER BY c.concurrency_key, c.run_at, c.attempt_id LIMIT 1) next
@@ -346,13 +367,13 @@ const chooseGatedQuery = `WITH RECURSIVE oldest AS (
 					AND (c.graph_key, c.node) > (limited.graph_key, limited.node)
 				ORDER BY c.graph_key, c.node LIMIT 1) next
 		)
-		SELECT id, lane, execution_id, concurrency_key, graph_key, node, max_parallel FROM (
-			SELECT id, lane, execution_id, concurrency_key, graph_key, node, max_parallel, run_at FROM oldest WHERE run_at <= ? AND NOT EXISTS (SELECT 1 FROM {s}.nodes h
+		SELECT id, lane, execution_id, concurrency_key, graph_key, node, max_parallel, rate_key FROM (
+			SELECT id, lane, execution_id, concurrency_key, graph_key, node, max_parallel, rate_key, run_at FROM oldest WHERE run_at <= ? AND NOT EXISTS (SELECT 1 FROM {s}.nodes h
 				WHERE h.state IN ('AVAILABLE', 'RUNNING') AND h.concurrency_key = oldest.concurrency_key)
 			UNION ALL
 			SELECT first.id, first.lane, first.execution_id, first.concurrency_key, first.graph_key, first.node,
-				first.max_parallel, first.run_at FROM limited CROSS JOIN LATERAL (
-				SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.run_at FROM {s}.nodes c
+				first.max_parallel, first.rate_key, first.run_at FROM limited CROSS JOIN LATERAL (
+				SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, c.graph_key, c.node, c.max_parallel, c.rate_key, c.run_at FROM {s}.nodes c
 				WHERE c.state = 'PENDING' AND c.concurrency_key IS NULL AND c.max_parallel IS NOT NULL
 					AND (c.graph_key, c.node) >= (limited.graph_key, limited.node)
 					AND NOT EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = c.lane AND e.id = c.execution_id AND e.archived_at IS NOT NULL)

@@ -52,6 +52,7 @@ type nodeRow struct {
 	FinishedAt         pgtype.Timestamptz `db:"finished_at" bun:"finished_at"`
 	AvailableAt        pgtype.Timestamptz `db:"available_at" bun:"available_at"`
 	Traceparent        pgtype.Text        `db:"traceparent" bun:"traceparent"`
+	RateKey            pgtype.Text        `db:"rate_key" bun:"rate_key"`
 }
 
 // nodeColumns are the columns of nodeRow, in the order of the nodes table.
@@ -80,7 +81,7 @@ func (r *nodeRow) attempt() *Computation {
 		AbandonAfterMS: r.AbandonAfterMS.Int64, HeartbeatTimeoutMS: r.HeartbeatTimeoutMS.Int64,
 		ComputedWith: cmpOr(r.ComputedWith.String, "{}"), Error: textOf(&r.Error), ConcurrencyKey: textOf(&r.ConcurrencyKey),
 		CreatedAt: r.CreatedAt.Time, FinishedAt: timeOf(&r.FinishedAt), AvailableAt: timeOf(&r.AvailableAt),
-		Traceparent: textOf(&r.Traceparent),
+		Traceparent: textOf(&r.Traceparent), RateKey: textOf(&r.RateKey),
 	}
 	if r.MaxParallel.Valid {
 		n := int(r.MaxParallel.Int32)

@@ -67,9 +67,11 @@ func (s *Store) SetGraphPaused(ctx context.Context, name, version string, paused
 }
 
 // readyState is the state of a PAUSED attempt n made ready at now: AVAILABLE if it is due and
-// waits for no concurrency key or limit, else PENDING, for its time or its promotion.
+// waits for no concurrency key, parallel limit or rate limit, else PENDING, for its time or its
+// promotion.
 func readyState(now string) string {
-	return `CASE WHEN n.run_at <= ` + now + ` AND n.concurrency_key IS NULL AND n.max_parallel IS NULL THEN 'AVAILABLE' ELSE 'PENDING' END`
+	return `CASE WHEN n.run_at <= ` + now + ` AND n.concurrency_key IS NULL AND n.max_parallel IS NULL AND n.rate_key IS NULL
+		THEN 'AVAILABLE' ELSE 'PENDING' END`
 }
 
 // RefreshPaused reads which graph versions are paused, for the claims and writes of this replica.

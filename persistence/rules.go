@@ -197,11 +197,11 @@ func clearable(n graph.Node) bool {
 }
 
 // insertComputation creates an attempt, the node's current one. It is AVAILABLE at once, unless it
-// must wait for delay, a concurrency key or a parallel limit: then it is PENDING, and a gated one
-// is promoted before the transaction ends if a slot is free. In an archived execution it is
-// CANCELED at once, until Unarchive revives it. If the node's ConcurrencyKey panics, or returns a
-// key that cannot be stored (see checkKey), the node fails; but a caller's write (st.caller) fails
-// instead, with ErrInvalidValue.
+// must wait for delay, a concurrency key, a parallel limit or a rate limit: then it is PENDING,
+// and a gated or rate-limited one is promoted before the transaction ends if a slot is free. In an
+// archived execution it is CANCELED at once, until Unarchive revives it. If the node's
+// ConcurrencyKey or RateKey panics, or returns a key that cannot be stored (see checkKey), the
+// node fails; but a caller's write (st.caller) fails instead, with ErrInvalidValue.
 func (st *execState) insertComputation(n graph.Node, attempt int, sig signature, delay time.Duration) (*Computation, error) {
 	set := n.Settings()
 	var key *string
@@ -219,6 +219,22 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 		if k != "" && keyErr == nil {
 			key = &k
 		}
+	}
+	var rateKey *string
+	if set.RateLimit > 0 && keyErr == nil {
+		var k string
+		if set.RateKey != nil {
+			k, keyErr = recovered("the RateKey of node "+quote(n.Name()), func() string { return set.RateKey(st.values) })
+			if err := checkKey(k); keyErr == nil && err != nil {
+				keyErr = fmt.Errorf("the RateKey of node %s returned a key that cannot be stored: %w; "+
+					"a key is valid UTF-8 with no NUL character, at most %d bytes", quote(n.Name()), err, maxKeyBytes)
+				if st.caller {
+					return nil, fmt.Errorf("%w: %w", ErrInvalidValue, keyErr)
+				}
+			}
+		}
+		// The empty key is a key: without a RateKey, the node has one window.
+		rateKey = &k
 	}
 	var maxParallel *int
 	if set.MaxParallel > 0 {
@@ -251,22 +267,25 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 		}
 	case delay > 0:
 		state, runAt = StatePending, st.now.Add(delay)
-	case key != nil || maxParallel != nil:
+	case key != nil || maxParallel != nil || rateKey != nil:
 		state = StatePending
 		st.promote = true
+	}
+	if keyErr != nil {
+		rateKey = nil // it never starts: its node failed
 	}
 	c := &Computation{ExecutionID: st.exec.ID, GraphKey: st.graphKey(),
 		Node: n.Name(), State: state, Attempt: attempt, MaxAttempts: set.MaxAttempts, RunAt: runAt,
 		AbandonAfterMS: set.AbandonAfter.Milliseconds(), HeartbeatTimeoutMS: set.HeartbeatTimeout.Milliseconds(),
 		ComputedWith: sig.String(), ConcurrencyKey: key, MaxParallel: maxParallel, Error: errText,
-		CreatedAt: st.now, FinishedAt: finishedAt, Traceparent: st.traceparent}
+		CreatedAt: st.now, FinishedAt: finishedAt, Traceparent: st.traceparent, RateKey: rateKey}
 	if state == StateAvailable {
 		c.AvailableAt = &st.now
 		st.work = true
 	}
 	st.newAttempt(c)
 	if state == StateFailed {
-		st.warn("the node's concurrency key failed; the node has failed", "node", n.Name(), "error", keyErr)
+		st.warn("the node's concurrency or rate key failed; the node has failed", "node", n.Name(), "error", keyErr)
 		st.nodeFailed(c, keyErr)
 	}
 	return c, nil
@@ -494,18 +513,18 @@ func (st *execState) setArchived(archived bool) {
 	}
 }
 
-// makeReady makes c, a waiting attempt, AVAILABLE, or PENDING for its time or its gating, or
-// PAUSED while the execution is.
+// makeReady makes c, a waiting attempt, AVAILABLE, or PENDING for its time, its gating or its rate
+// limit, or PAUSED while the execution is.
 func (st *execState) makeReady(c *Computation) {
 	c.State, c.AvailableAt = StateAvailable, &st.now
 	switch {
 	case st.exec.PausedAt != nil || st.held:
 		c.State = StatePaused
-	case c.RunAt.After(st.now) || c.gated():
+	case c.RunAt.After(st.now) || c.waits():
 		c.State = StatePending
 	}
 	st.work = st.work || c.State == StateAvailable
-	st.promote = st.promote || c.gated()
+	st.promote = st.promote || c.waits()
 	st.attemptChanged(c)
 }
 

@@ -169,7 +169,7 @@ func (st *execState) keepsAttempt(node string) bool {
 		return false
 	}
 	return int32(c.Attempt) == r.Attempt.Int32 && int32(c.MaxAttempts) == r.MaxAttempts.Int32 &&
-		sameText(c.ReplicaID, r.ReplicaID) && sameText(c.ClaimToken, r.ClaimToken) && sameText(c.ConcurrencyKey, r.ConcurrencyKey) &&
+		sameText(c.ReplicaID, r.ReplicaID) && sameText(c.ClaimToken, r.ClaimToken) && sameText(c.ConcurrencyKey, r.ConcurrencyKey) && sameText(c.RateKey, r.RateKey) &&
 		sameText(c.Traceparent, r.Traceparent) && sameTime(&c.RunAt, timeOf(&r.RunAt)) && sameTime(c.ClaimedAt, timeOf(&r.ClaimedAt)) &&
 		sameTime(c.Deadline, timeOf(&r.Deadline)) && sameTime(c.HeartbeatDeadline, timeOf(&r.HeartbeatDeadline)) &&
 		sameTime(c.LastHeartbeatAt, timeOf(&r.LastHeartbeatAt)) && sameTime(&c.CreatedAt, timeOf(&r.CreatedAt)) &&

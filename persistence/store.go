@@ -195,6 +195,10 @@ type Store struct {
 	citusQueries sync.Map
 	// afterCommits gathers the promotions after the writes' commits (promoteAfterCommit).
 	afterCommits *afterCommits
+	// rated are the served nodes with a rate limit, whose promotion reads their limits here.
+	rated []ratedNode
+	// rateWake is when a full rate window has room again, in Unix nanoseconds (see RateWake).
+	rateWake atomic.Int64
 }
 
 // New returns a Store. It does not touch the database.
@@ -245,6 +249,7 @@ func New(cfg Config) (*Store, error) {
 		s.graphs[key] = g
 		s.idle[key] = startsIdle(g)
 		s.keys = append(s.keys, key)
+		s.rated = append(s.rated, ratedNodes(key, g)...)
 		for _, n := range g.Nodes() {
 			if n.Kind() != graph.KindInput {
 				s.computed[0], s.computed[1] = append(s.computed[0], key), append(s.computed[1], n.Name())
@@ -413,6 +418,9 @@ type Computation struct {
 	// Traceparent is the W3C traceparent of the span of the write that created the attempt, if
 	// that write was traced: the attempt's span links to it.
 	Traceparent *string `bun:"traceparent"`
+	// RateKey is the key of the attempt's rate limit (graph.RateLimit, graph.RateKey; "" for a
+	// node limited as a whole), nil for an attempt that no rate limits.
+	RateKey *string `bun:"rate_key"`
 	// The values of the execution when Claim returned the computation, shared by the computations
 	// of one execution unless claimedOwn: read them with ClaimedValues. Other reads leave them
 	// empty.
@@ -422,6 +430,11 @@ type Computation struct {
 
 // gated reports whether the attempt waits for a concurrency key or a parallel limit.
 func (c *Computation) gated() bool { return c.ConcurrencyKey != nil || c.MaxParallel != nil }
+
+// waits reports whether the attempt, once due, waits for a promotion: its concurrency key, its
+// parallel limit or its rate limit. A rate-limited attempt holds no slot that its end frees
+// (gated): only time frees room in its window.
+func (c *Computation) waits() bool { return c.gated() || c.RateKey != nil }
 
 // active reports whether the attempt is still to run or running.
 func (c *Computation) active() bool {

@@ -81,6 +81,14 @@ attempts PENDING; and max_running, the most computations running at once, e.g.
 
   journey bench -graph gated -keys 10 -max-parallel 5 -duration 20s -backlog 10000
 
+-graph ratelimited runs x → rated, a node with RateLimit(-rate-limit, -rate-per), per key x mod
+-keys (RateKey), or one window with -keys 0. -rated N first starts N executions of another graph
+that the replicas serve, bench_rated, whose node allows 1 start a day per key (x mod 10): 10 of
+them run, and the rest wait PENDING beside the measured graph's, for every promotion to look at.
+A run with it beside one without shows what waiting rate-limited work costs other work, e.g.
+
+  journey bench -n 20000 -rated 10000
+
 -keyed starts each execution with a key of its own (journey.WithKey in the open loop, WithKeys
 for StartMany): a run with it beside one without shows what a keyed Start costs, e.g.
 
@@ -123,6 +131,8 @@ var benchShapes = map[string][]benchNode{
 	"chain5":   {{"c1", "x"}, {"c2", "c1"}, {"c3", "c2"}, {"c4", "c3"}, {"c5", "c4"}},
 	"fanout10": fanout(10),
 	"gated":    {{"gated", "x"}}, // with a concurrency key (-keys) and MaxParallel (-max-parallel)
+	// with RateLimit(-rate-limit, -rate-per), per key (-keys)
+	"ratelimited": {{"rated", "x"}},
 }
 
 // benchNode is a compute node of a bench graph and the node it needs.
@@ -150,6 +160,9 @@ type benchConfig struct {
 	producers     int
 	backlog       int
 	paused        int
+	rated         int           // -rated: the executions of bench_rated started first, whose work waits
+	rateLimit     int           // -graph ratelimited: RateLimit's n
+	ratePer       time.Duration // -graph ratelimited: RateLimit's per
 	finishedRows  int
 	finishedAge   time.Duration
 	prunable      bool   // -finished-age given: the finished rows have what retention deletes
@@ -159,7 +172,7 @@ type benchConfig struct {
 	memProfile    string        // -memprofile
 	hold          time.Duration // how long each measured computation blocks before it returns
 	heartbeat     time.Duration // the compute nodes' heartbeat interval; 0: the graph's default
-	keys          int           // -graph gated: the concurrency keys, x mod keys; 0: no key
+	keys          int           // -graph gated: the concurrency keys, x mod keys (ratelimited: rate keys); 0: no key
 	maxParallel   int           // -graph gated: the node's MaxParallel; 0: no limit
 	durable       bool          // the throwaway PostgreSQL keeps PostgreSQL's durable defaults
 	pooler        bool          // the replicas go through a PgBouncer in transaction mode
@@ -225,8 +238,13 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.DurationVar(&cfg.duration, "duration", 0, "continuous, or open loop with -rate: run for this `duration`")
 	fs.Float64Var(&cfg.rate, "rate", 0, "open loop: start this many `executions` a second (with -duration)")
 	fs.StringVar(&cfg.shape, "graph", "one", "the graph: one (x → y), chain5 (x → c1 → … → c5), fanout10 (x → f1…f10) "+
-		"or gated (x → gated, with -keys and -max-parallel)")
-	fs.IntVar(&cfg.keys, "keys", 10, "-graph gated: the number of concurrency keys, x mod `K`; 0: no concurrency key")
+		"gated (x → gated, with -keys and -max-parallel) or ratelimited (x → rated, with -rate-limit, -rate-per and -keys)")
+	fs.IntVar(&cfg.keys, "keys", 10, "-graph gated: the number of concurrency keys, x mod `K`; 0: no concurrency key; "+
+		"-graph ratelimited: the number of rate keys; 0: one window")
+	fs.IntVar(&cfg.rateLimit, "rate-limit", 1000, "-graph ratelimited: the `N` of the node's RateLimit(N, per)")
+	fs.DurationVar(&cfg.ratePer, "rate-per", time.Second, "-graph ratelimited: the `window` of the node's RateLimit")
+	fs.IntVar(&cfg.rated, "rated", 0, "first start this many executions of another graph that the replicas serve, "+
+		"bench_rated, whose node allows 1 start a day per key (x mod 10): all but 10 wait PENDING beside the measured graph's")
 	fs.IntVar(&cfg.maxParallel, "max-parallel", 0, "-graph gated: the node's MaxParallel(`P`); 0: no limit")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "the `number` of replicas (runtimes) in this process")
 	fs.IntVar(&cfg.workers, "workers", riverBenchWorkers, "MaxWorkers of each replica: river bench's number unless set "+
@@ -303,11 +321,15 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		return bad("-from-commit applies to -start tx only")
 	}
 	if _, ok := benchShapes[cfg.shape]; !ok {
-		return bad("-graph %q is not one of one, chain5, fanout10, gated", cfg.shape)
+		return bad("-graph %q is not one of one, chain5, fanout10, gated, ratelimited", cfg.shape)
 	}
 	switch {
-	case cfg.shape != "gated" && (set["keys"] || set["max-parallel"]):
-		return bad("-keys and -max-parallel apply to -graph gated only")
+	case cfg.shape != "gated" && set["max-parallel"]:
+		return bad("-max-parallel applies to -graph gated only")
+	case cfg.shape != "gated" && cfg.shape != "ratelimited" && set["keys"]:
+		return bad("-keys applies to -graph gated and ratelimited only")
+	case cfg.shape != "ratelimited" && (set["rate-limit"] || set["rate-per"]):
+		return bad("-rate-limit and -rate-per apply to -graph ratelimited only")
 	case cfg.shape == "gated" && cfg.keys == 0 && cfg.maxParallel == 0:
 		return bad("-graph gated needs -keys or -max-parallel above 0: else its node is not gated")
 	}
@@ -323,6 +345,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		{"top-statements", float64(cfg.topStatements), 0}, {"hold", cfg.hold.Seconds(), 0},
 		{"heartbeat", cfg.heartbeat.Seconds(), 0.001}, {"keys", float64(cfg.keys), 0},
 		{"max-parallel", float64(cfg.maxParallel), 0}, {"paused", float64(cfg.paused), 0},
+		{"rated", float64(cfg.rated), 0}, {"rate-limit", float64(cfg.rateLimit), 1}, {"rate-per", cfg.ratePer.Seconds(), 0.001},
 	} {
 		if (set[f.name] || f.name == "replicas" || f.name == "workers" || f.name == "producers") && f.value < f.min {
 			return bad("-%s is %s: it must be at least %g", f.name, fs.Lookup(f.name).Value, f.min)
@@ -698,6 +721,11 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if b.cfg.rated > 0 {
+		if err := b.startRated(ctx, rt); err != nil {
+			return err
+		}
+	}
 	if b.rowsBase, err = b.db.rowWrites(ctx, b.cfg.schema); err != nil {
 		return err
 	}
@@ -859,6 +887,15 @@ func (b *benchmark) nodeOptions() []graph.NodeOption {
 	if b.cfg.heartbeat > 0 {
 		opts = append(opts, graph.Heartbeat(b.cfg.heartbeat, 10*b.cfg.heartbeat))
 	}
+	if b.cfg.shape == "ratelimited" {
+		var rateOpts []graph.RateOption
+		if keys := b.cfg.keys; keys > 0 {
+			rateOpts = append(rateOpts, graph.RateKey(func(in graph.Values) string {
+				return strconv.FormatInt(in.Int("x")%int64(keys), 10)
+			}))
+		}
+		return append(opts, graph.RateLimit(b.cfg.rateLimit, b.cfg.ratePer, rateOpts...))
+	}
 	if b.cfg.shape != "gated" {
 		return opts
 	}
@@ -948,6 +985,9 @@ func (b *benchmark) runtimeConfig(g *graph.Graph, name string, workers int) jour
 	if b.cfg.paused > 0 {
 		graphs = append(graphs, pausedGraph)
 	}
+	if b.cfg.rated > 0 {
+		graphs = append(graphs, ratedGraph)
+	}
 	return journey.Config{
 		DatabaseURL: conn,
 		ListenURL:   listen,
@@ -984,6 +1024,32 @@ func (b *benchmark) startPaused(ctx context.Context, rt *journey.Runtime) error 
 	}
 	fmt.Fprintf(b.env.stdout, "bench: started %d executions of the paused graph bench_paused in %s\n",
 		b.cfg.paused, time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// ratedGraph is the graph of -rated: its node allows 1 start a day per key, of 10.
+var ratedGraph = graph.MustNew("bench_rated", "v1", []graph.Node{
+	graph.Input("x"),
+	graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return in.Int("x"), nil },
+		graph.RateLimit(1, 24*time.Hour, graph.RateKey(func(in graph.Values) string { return strconv.FormatInt(in.Int("x")%10, 10) }))),
+})
+
+// startRated starts -rated executions of bench_rated, whose computations, but 10, wait PENDING
+// for their rate limit's window.
+func (b *benchmark) startRated(ctx context.Context, rt *journey.Runtime) error {
+	began := time.Now()
+	for done := 0; done < b.cfg.rated; {
+		inputs := make([]map[string]any, min(1000, b.cfg.rated-done))
+		for i := range inputs {
+			inputs[i] = map[string]any{"x": done + i}
+		}
+		if _, err := rt.StartMany(ctx, ratedGraph, inputs); err != nil {
+			return fmt.Errorf("starting the rate-limited executions: %w", err)
+		}
+		done += len(inputs)
+	}
+	fmt.Fprintf(b.env.stdout, "bench: started %d executions of the rate-limited graph bench_rated in %s\n",
+		b.cfg.rated, time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
