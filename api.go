@@ -851,6 +851,16 @@ func (r *Runtime) Summarize(ctx context.Context, id string) (string, error) {
 		fmt.Fprintf(&b, ", key %q", e.Key)
 	}
 	fmt.Fprintf(&b, ", revision %d\n", e.Revision)
+	if p := e.Parent; p != nil {
+		fmt.Fprintf(&b, "Child %d of node %s of execution %s\n", p.Index, p.Node, p.ID)
+	}
+	maps, err := r.store.Maps(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range maps {
+		fmt.Fprintf(&b, "Node %s started %d children: %d ended (journey executions show %s lists them)\n", m.Node, m.Total, m.Done, id)
+	}
 	b.WriteString("Values:\n")
 	names := make([]string, 0, len(vals))
 	for name := range vals {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 
@@ -56,6 +58,20 @@ func TestMapCollectsTheChildrenResultsInOrder(t *testing.T) {
 	v, err := rt.Get(ctx, ex.ID, "charges", journey.WaitAny())
 	require.NoError(t, err)
 	require.JSONEq(t, `[{"sku":"a","cents":100},{"sku":"b","cents":250},{"sku":"c","cents":5}]`, string(v.Raw))
+
+	// Parent and children link both ways, with the map's progress.
+	summary, err := rt.Summarize(ctx, ex.ID)
+	require.NoError(t, err)
+	require.Contains(t, summary, "Node charges started 3 children: 3 ended")
+	children := childrenOf(t, rt, ex.ID)
+	require.Len(t, children, 3)
+	for _, c := range children {
+		require.Equal(t, journey.Parent{ID: ex.ID, Node: "charges", Index: c.Parent.Index}, *c.Parent)
+		require.Equal(t, ex.ID+"/charges/"+strconv.Itoa(c.Parent.Index), c.Key, "keyed by parent, node and place")
+		summary, err := rt.Summarize(ctx, c.ID)
+		require.NoError(t, err)
+		require.Contains(t, summary, fmt.Sprintf("Child %d of node charges of execution %s", c.Parent.Index, ex.ID))
+	}
 }
 
 func TestMapFailsWithTheChildThatFailed(t *testing.T) {

@@ -23,7 +23,8 @@ const (
 	ExecFailed = "failed"
 	// ExecRunning: a computation is running.
 	ExecRunning = "running"
-	// ExecWaiting: a computation waits to run (PENDING or AVAILABLE).
+	// ExecWaiting: a computation waits to run (PENDING or AVAILABLE), or a map node waits for its
+	// children (WAITING).
 	ExecWaiting = "waiting"
 	// ExecCompleted: the graph's CompletesWhen gate has held with nothing left to run.
 	ExecCompleted = "completed"
@@ -42,7 +43,7 @@ const stateExpr = `CASE WHEN e.archived_at IS NOT NULL THEN 'archived'
 		WHERE n.lane = e.lane AND n.execution_id = e.id AND n.event = 'execution.failed' AND n.phase = e.failure_phase) THEN 'failed'
 	WHEN EXISTS (SELECT 1 FROM {s}.nodes c WHERE c.lane = e.lane AND c.execution_id = e.id AND c.state = 'RUNNING') THEN 'running'
 	WHEN EXISTS (SELECT 1 FROM {s}.nodes c
-		WHERE c.lane = e.lane AND c.execution_id = e.id AND (c.state = 'PENDING' OR c.state = 'AVAILABLE')) THEN 'waiting'
+		WHERE c.lane = e.lane AND c.execution_id = e.id AND (c.state = 'PENDING' OR c.state = 'AVAILABLE' OR c.state = 'WAITING')) THEN 'waiting'
 	WHEN EXISTS (SELECT 1 FROM {s}.notification_claims n
 		WHERE n.lane = e.lane AND n.execution_id = e.id AND n.event = 'execution.completed') THEN 'completed'
 	ELSE 'idle' END`
@@ -54,7 +55,7 @@ var candidates = map[string]string{
 	ExecFailed:  `SELECT execution_id FROM {s}.notification_claims WHERE event = 'execution.failed'`,
 	ExecRunning: `SELECT execution_id FROM {s}.nodes WHERE state = 'RUNNING'`,
 	// OR, not IN: the planner ORs the two partial indexes in a bitmap for an OR only.
-	ExecWaiting:   `SELECT execution_id FROM {s}.nodes WHERE state = 'PENDING' OR state = 'AVAILABLE'`,
+	ExecWaiting:   `SELECT execution_id FROM {s}.nodes WHERE state = 'PENDING' OR state = 'AVAILABLE' OR state = 'WAITING'`,
 	ExecCompleted: `SELECT execution_id FROM {s}.notification_claims WHERE event = 'execution.completed'`,
 }
 
@@ -440,7 +441,31 @@ type ExecutionDetail struct {
 	Notifications []Claim       `json:"notifications"`
 	History       []Change      `json:"history"`
 	Requests      []Request     `json:"requests"`
+	// Parent is, for a child execution, its parent's map node; Maps are the execution's own map
+	// nodes that started children, with their progress and children.
+	Parent *Parent   `json:"parent,omitempty"`
+	Maps   []MapView `json:"maps"`
 }
+
+// MapView is a map node's progress (graph.Map, graph.Child): how many children its generation
+// started, how many have ended, and the first of them, in order.
+type MapView struct {
+	Node     string     `bun:"node" json:"node"`
+	Gen      int64      `bun:"gen" json:"gen"`
+	Total    int        `bun:"total" json:"total"`
+	Done     int        `bun:"done" json:"done"`
+	Children []ChildRow `bun:"-" json:"children"`
+}
+
+// ChildRow is a child execution as its parent's detail lists it.
+type ChildRow struct {
+	ID    string `bun:"id" json:"id"`
+	Index int    `bun:"index" json:"index"`
+	State string `bun:"state" json:"state"`
+}
+
+// maxChildrenShown bounds the children that the detail of a map node lists.
+const maxChildrenShown = 100
 
 // Inspect reads everything about execution id: its values, what its nodes wait for (from the
 // recorded graph version), every attempt, its notifications with their deliveries, its history
@@ -489,10 +514,53 @@ func (s *Store) Inspect(ctx context.Context, id string) (*ExecutionDetail, error
 	if d.Notifications, err = s.Notifications(ctx, id); err != nil {
 		return nil, err
 	}
+	if err := s.inspectFamily(ctx, d, lane, id); err != nil {
+		return nil, err
+	}
 	d.Waiting = waitingFor(d.Graph, d.Values, d.Attempts, id)
 	d.Values, d.Attempts, d.History = orEmpty(d.Values), orEmpty(d.Attempts), orEmpty(d.History)
 	d.Requests, d.Notifications = orEmpty(d.Requests), orEmpty(d.Notifications)
 	return d, nil
+}
+
+// inspectFamily reads the parent of execution id, and its map nodes' progress and children.
+func (s *Store) inspectFamily(ctx context.Context, d *ExecutionDetail, lane int16, id string) error {
+	var parents []struct {
+		Parent *Parent `bun:"parent,type:jsonb"`
+	}
+	if err := s.db.NewRaw(s.q(`SELECT parent FROM {s}.executions WHERE lane = ? AND id = ?`), lane, id).Scan(ctx, &parents); err != nil && !isNoRows(err) {
+		return fmt.Errorf("reading the parent of %s: %w", id, err)
+	}
+	if len(parents) > 0 {
+		d.Parent = parents[0].Parent
+	}
+	var err error
+	if d.Maps, err = s.Maps(ctx, id); err != nil {
+		return err
+	}
+	for i := range d.Maps {
+		m := &d.Maps[i]
+		err := s.db.NewRaw(s.q(`SELECT e.id, (e.parent->>'index')::int AS index, `+stateExpr+` AS state FROM {s}.executions e
+			WHERE e.parent->>'id' = ?0 AND e.parent IS NOT NULL AND e.parent->>'node' = ?1 AND (e.parent->>'gen')::bigint = ?2
+			ORDER BY index LIMIT ?3`), id, m.Node, m.Gen, maxChildrenShown).Scan(ctx, &m.Children)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("reading the children of %s: %w", id, err)
+		}
+		m.Children = orEmpty(m.Children)
+	}
+	d.Maps = orEmpty(d.Maps)
+	return nil
+}
+
+// Maps reads the progress of the map nodes of execution id that started children, by node.
+func (s *Store) Maps(ctx context.Context, id string) ([]MapView, error) {
+	var out []MapView
+	err := s.db.NewRaw(s.q(`SELECT node, gen, total, done FROM {s}.map_progress WHERE lane = ? AND execution_id = ? ORDER BY node`),
+		LaneOf(id), id).Scan(ctx, &out)
+	if err != nil && !isNoRows(err) {
+		return nil, fmt.Errorf("reading the map nodes of %s: %w", id, err)
+	}
+	return orEmpty(out), nil
 }
 
 // waitingFor says what each node of g without a value waits for, as Runtime.Summarize does, from

@@ -133,6 +133,7 @@ var benchShapes = map[string][]benchNode{
 	"gated":    {{"gated", "x"}}, // with a concurrency key (-keys) and MaxParallel (-max-parallel)
 	// with RateLimit(-rate-limit, -rate-per), per key (-keys)
 	"ratelimited": {{"rated", "x"}},
+	"map1000":     nil, // one execution whose Map starts -n children (see benchMap)
 }
 
 // benchNode is a compute node of a bench graph and the node it needs.
@@ -213,6 +214,13 @@ func runBench(ctx context.Context, env *environment, args []string) int {
 		dbURL = cluster.URL()
 	}
 
+	if cfg.shape == "map1000" {
+		if err := benchMap(ctx, env, cfg, dbURL); err != nil {
+			fmt.Fprintf(env.stderr, "journey bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	b := &benchmark{cfg: cfg, env: env, url: dbURL, nodes: benchShapes[cfg.shape],
 		logger: slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), progressed: make(chan struct{}, 1)}
 	res, err := b.run(ctx)
@@ -238,7 +246,8 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 	fs.DurationVar(&cfg.duration, "duration", 0, "continuous, or open loop with -rate: run for this `duration`")
 	fs.Float64Var(&cfg.rate, "rate", 0, "open loop: start this many `executions` a second (with -duration)")
 	fs.StringVar(&cfg.shape, "graph", "one", "the graph: one (x → y), chain5 (x → c1 → … → c5), fanout10 (x → f1…f10) "+
-		"gated (x → gated, with -keys and -max-parallel) or ratelimited (x → rated, with -rate-limit, -rate-per and -keys)")
+		"gated (x → gated, with -keys and -max-parallel), ratelimited (x → rated, with -rate-limit, -rate-per and -keys) "+
+		"or map1000 (one execution whose graph.Map starts -n children of x → y, and collects them)")
 	fs.IntVar(&cfg.keys, "keys", 10, "-graph gated: the number of concurrency keys, x mod `K`; 0: no concurrency key; "+
 		"-graph ratelimited: the number of rate keys; 0: one window")
 	fs.IntVar(&cfg.rateLimit, "rate-limit", 1000, "-graph ratelimited: the `N` of the node's RateLimit(N, per)")
@@ -321,7 +330,7 @@ func parseBenchFlags(env *environment, args []string) (benchConfig, int, bool) {
 		return bad("-from-commit applies to -start tx only")
 	}
 	if _, ok := benchShapes[cfg.shape]; !ok {
-		return bad("-graph %q is not one of one, chain5, fanout10, gated, ratelimited", cfg.shape)
+		return bad("-graph %q is not one of one, chain5, fanout10, gated, ratelimited, map1000", cfg.shape)
 	}
 	switch {
 	case cfg.shape != "gated" && set["max-parallel"]:

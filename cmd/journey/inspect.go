@@ -373,6 +373,10 @@ func showExecution(w io.Writer, d *persistence.ExecutionDetail) {
 		fmt.Fprintf(w, "its graph version is paused since %s: journey resume --graph %s --version %s\n", at(d.Graph.PausedAt), e.Graph, e.Version)
 	}
 
+	if p := d.Parent; p != nil {
+		fmt.Fprintf(w, "child %d of node %s of %s: journey executions show %s\n", p.Index, p.Node, p.ID, p.ID)
+	}
+
 	fmt.Fprintln(w, "\nValues:")
 	rows := make([][]string, 0, len(d.Values))
 	for _, v := range d.Values {
@@ -389,6 +393,18 @@ func showExecution(w io.Writer, d *persistence.ExecutionDetail) {
 	}
 	for _, n := range d.Waiting {
 		fmt.Fprintf(w, "  %s: %s\n", n.Node, n.Reason)
+	}
+
+	for _, m := range d.Maps {
+		fmt.Fprintf(w, "\nChildren of %s: %d of %d ended\n", m.Node, m.Done, m.Total)
+		rows = rows[:0]
+		for _, c := range m.Children {
+			rows = append(rows, []string{"  " + fmt.Sprint(c.Index), c.ID, c.State})
+		}
+		section(w, "  ITEM\tEXECUTION\tSTATE", rows)
+		if len(m.Children) < m.Total {
+			fmt.Fprintf(w, "  … the first %d\n", len(m.Children))
+		}
 	}
 
 	fmt.Fprintln(w, "\nAttempts:")
