@@ -555,7 +555,7 @@ type eventWrites struct {
 	// ends are the events that end a child execution (completed, failed, canceled), by their
 	// idempotency keys, each with its parent's map node: a claim of one counts the child's end in
 	// the node's progress (see reportsQuery).
-	ends                endWrites
+	ends endWrites
 }
 
 // endWrites are the ends of child executions, for reportsQuery.
