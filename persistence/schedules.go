@@ -174,7 +174,7 @@ func lastOf(times []time.Time) *time.Time {
 // Schedules lists the schedules' rows, by name.
 func (s *Store) Schedules(ctx context.Context) ([]ScheduleRow, error) {
 	var out []ScheduleRow
-	err := s.db.NewRaw(s.q(`SELECT ` + cols("", scheduleColumns) + ` FROM {s}.schedules ORDER BY name`)).Scan(ctx, &out)
+	err := s.db.NewRaw(s.q(`SELECT `+cols("", scheduleColumns)+` FROM {s}.schedules ORDER BY name`)).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("listing the schedules: %w", err)
 	}

@@ -26,7 +26,7 @@ const (
 	// to an error.
 	retryAfter = time.Second
 	// minWait keeps the timer from spinning when the database's clock runs behind the replica's.
-	minWait = 10 * time.Millisecond
+	minWait     = 10 * time.Millisecond
 	passTimeout = 30 * time.Second
 )
 
