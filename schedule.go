@@ -2,7 +2,6 @@ package journey
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -110,27 +109,28 @@ func (c Config) schedules() ([]scheduler.Schedule, []error) {
 		if s.Name != "" {
 			field += fmt.Sprintf(" (%q)", s.Name)
 		}
-		var problems []error
+		bad := false
+		// problem records a problem of the schedule, its field first.
+		problem := func(format string, args ...any) {
+			bad = true
+			errs = append(errs, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+		}
 		switch err := persistence.CheckText("name", s.Name); {
 		case s.Name == "":
-			problems = append(problems, errors.New("Name is empty: name the schedule, such as \"nightly-report\""))
+			problem("Name is empty: name the schedule, such as \"nightly-report\"")
 		case err != nil:
-			problems = append(problems, fmt.Errorf("Name: %w", err))
+			problem("Name: %w", err)
 		case len(s.Name) > maxScheduleNameBytes:
-			problems = append(problems, fmt.Errorf("Name is %d bytes long: keep it to %d", len(s.Name), maxScheduleNameBytes))
+			problem("Name is %d bytes long: keep it to %d", len(s.Name), maxScheduleNameBytes)
 		case seen[s.Name]:
-			problems = append(problems, errors.New("Name is used by another schedule: give each its own"))
+			problem("Name is used by another schedule: give each its own")
 		}
 		seen[s.Name] = true
 		var g *graph.Graph
-		switch {
-		case s.Graph == nil:
-			problems = append(problems, errors.New("Graph is nil: give the graph to start"))
-		default:
-			if g = graphs[persistence.GraphKey(s.Graph.Name(), s.Graph.Version())]; g == nil {
-				problems = append(problems, fmt.Errorf("Graph %q version %q is not in Config.Graphs: register it there too",
-					s.Graph.Name(), s.Graph.Version()))
-			}
+		if s.Graph == nil {
+			problem("Graph is nil: give the graph to start")
+		} else if g = graphs[persistence.GraphKey(s.Graph.Name(), s.Graph.Version())]; g == nil {
+			problem("Graph %q version %q is not in Config.Graphs: register it there too", s.Graph.Name(), s.Graph.Version())
 		}
 		loc := s.Location
 		if loc == nil {
@@ -139,18 +139,18 @@ func (c Config) schedules() ([]scheduler.Schedule, []error) {
 		spec, err := scheduler.Parse(s.Cron)
 		switch {
 		case err != nil:
-			problems = append(problems, fmt.Errorf("Cron: %w", err))
+			problem("Cron: %w", err)
 		case scheduler.Next(spec, loc, time.Now()).IsZero():
-			problems = append(problems, fmt.Errorf("Cron %q never fires in the next five years: check the day and the month", s.Cron))
+			problem("Cron %q never fires in the next five years: check the day and the month", s.Cron)
 		}
 		if s.CatchUp < CatchUpNone || s.CatchUp > CatchUpEach {
-			problems = append(problems, fmt.Errorf("CatchUp is %v: use CatchUpNone, CatchUpOnce or CatchUpEach", s.CatchUp))
+			problem("CatchUp is %v: use CatchUpNone, CatchUpOnce or CatchUpEach", s.CatchUp)
 		}
 		values := make(map[string]json.RawMessage, len(s.Values))
 		for _, node := range slices.Sorted(maps.Keys(s.Values)) {
 			if g != nil {
 				if err := persistence.CheckInput(g, node); err != nil {
-					problems = append(problems, fmt.Errorf("Values: %w", err))
+					problem("Values: %w", err)
 					continue
 				}
 			}
@@ -159,15 +159,12 @@ func (c Config) schedules() ([]scheduler.Schedule, []error) {
 				err = persistence.CheckValue(raw, c.MaxValueBytes)
 			}
 			if err != nil {
-				problems = append(problems, fmt.Errorf("Values: %w: node %q: %w", ErrInvalidValue, node, err))
+				problem("Values: %w: node %q: %w", ErrInvalidValue, node, err)
 				continue
 			}
 			values[node] = raw
 		}
-		for _, p := range problems {
-			errs = append(errs, fmt.Errorf("%s: %w", field, p))
-		}
-		if len(problems) > 0 {
+		if bad {
 			continue
 		}
 		out = append(out, scheduler.Schedule{
