@@ -139,7 +139,7 @@ func (s *Store) FireSchedule(ctx context.Context, def ScheduleDef, decide func(r
 		for i, fire := range firing.Fires {
 			// One start a fire time: a singleton graph's fires share its one key, which one
 			// statement could not insert twice.
-			execs, err := s.createExecutions(ctx, in, def.Graph, []map[string]json.RawMessage{def.Values}, []string{firing.Keys[i]}, nil)
+			execs, err := s.createExecutions(ctx, in, def.Graph, []map[string]json.RawMessage{def.Values}, []string{firing.Keys[i]}, nil, nil)
 			if err != nil {
 				return fmt.Errorf("starting the execution of schedule %q for %s: %w", def.Name, fire.Format(time.RFC3339), err)
 			}
