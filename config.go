@@ -153,6 +153,10 @@ type Config struct {
 	OnExecutionCanceled func(ctx context.Context, e ExecutionEvent) error
 	// Webhooks receive the same events as signed HTTP POSTs of JSON. Default none.
 	Webhooks []Webhook
+	// Schedules start executions of the graphs at the fire times of their crons: one execution per
+	// fire time across all replicas that list the schedule (see Schedule). Each schedule's graph
+	// must be one of Graphs. Default none.
+	Schedules []Schedule
 	// NotificationTimeout bounds one handler call or webhook request. Default 10s.
 	NotificationTimeout time.Duration
 	// NotificationRetryHorizon is how long after its event a delivery that fails is retried:
@@ -320,6 +324,8 @@ func (c Config) validate() error {
 			c.ReplicaStaleAfter, c.ReplicaHeartbeatInterval))
 	}
 	errs = append(errs, validateWebhooks(c.Webhooks)...)
+	_, scheduleErrs := c.schedules()
+	errs = append(errs, scheduleErrs...)
 	if c.MaxDeliveryAttempts < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxDeliveryAttempts is negative (%d): leave it zero to retry until NotificationRetryHorizon",
 			c.MaxDeliveryAttempts))

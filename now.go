@@ -7,6 +7,7 @@ import (
 
 	"github.com/journey-go/journey/actors"
 	"github.com/journey-go/journey/internal/clock"
+	"github.com/journey-go/journey/scheduler"
 	"github.com/journey-go/journey/sweeper"
 )
 
@@ -58,8 +59,8 @@ func (r *Runtime) stopObservingClock() {
 // timeMoved acts on a move of the test clock at once, instead of at the next intervals. It writes
 // the replica's heartbeat at the new time, so that a jump does not make the replica look dead;
 // runs a sweep pass, which abandons the attempts past their deadlines, promotes the retries whose
-// backoff has passed and advances the executions whose ticks came due; then wakes the dispatcher
-// and the delivery of notifications. It returns once the pass is over.
+// backoff has passed and advances the executions whose ticks came due; fires the schedules that
+// came due; then wakes the dispatcher and the delivery of notifications. It returns once the pass is over.
 //
 // A jump is a jump: a computation running across it gets no heartbeat during it, so a jump past its
 // heartbeat timeout abandons it, as it would after a freeze that long.
@@ -81,6 +82,15 @@ func (r *Runtime) timeMoved() {
 	case <-done:
 	case <-ctx.Done():
 		r.logger.Warn("the sweep pass after the clock moved did not end in time", "timeout", moveTimeout)
+	}
+	if r.scheduler != nil {
+		done := make(chan struct{})
+		root.Send(r.scheduler, scheduler.Pass{Done: done})
+		select {
+		case <-done:
+		case <-ctx.Done():
+			r.logger.Warn("the schedules' pass after the clock moved did not end in time", "timeout", moveTimeout)
+		}
 	}
 	root.Send(r.dispatcher, actors.Wake{})
 	root.Send(r.delivery, actors.Wake{})

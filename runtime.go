@@ -29,6 +29,7 @@ import (
 	"github.com/journey-go/journey/internal/telemetry"
 	"github.com/journey-go/journey/migrations"
 	"github.com/journey-go/journey/persistence"
+	"github.com/journey-go/journey/scheduler"
 	"github.com/journey-go/journey/sweeper"
 )
 
@@ -65,6 +66,7 @@ type Runtime struct {
 	lastBeat   atomic.Int64        // when this replica last wrote its heartbeat, in Unix nanoseconds
 	sweep      *sweeper.Sweeper
 	system     *actor.ActorSystem
+	scheduler  *actor.PID // nil without Config.Schedules
 	dispatcher *actor.PID
 	listener   *actor.PID
 	sweeper    *actor.PID
@@ -225,9 +227,25 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if !cfg.PollOnly {
 		r.waitListening(ctx)
 	}
+	r.firstSchedulePass(ctx)
 	r.logger.Info("journey runtime started", "schema", cfg.Schema, "graphs", len(cfg.Graphs), "max_workers", cfg.MaxWorkers,
 		"pooler", cfg.pooled(), "poll_only", cfg.PollOnly)
 	return r, nil
+}
+
+// firstSchedulePass runs the scheduler's first pass, and waits for it until ctx ends: New returns
+// with the schedules' rows recorded, and what a downtime left due started (see CatchUp). A failure
+// is logged, and the next pass tries again.
+func (r *Runtime) firstSchedulePass(ctx context.Context) {
+	if r.scheduler == nil {
+		return
+	}
+	done := make(chan struct{})
+	r.system.Root.Send(r.scheduler, scheduler.Pass{Done: done})
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // waitListening waits, for up to listenWait, until the listener's LISTEN is up. Notifications are
@@ -332,6 +350,11 @@ func (r *Runtime) start(listen *pgx.Conn) {
 		Telemetry: r.tel, Halted: r.isHalted,
 	})
 	r.sweeper = root.Spawn(r.sweep.Props())
+	if schedules, _ := r.cfg.schedules(); len(schedules) > 0 {
+		r.scheduler = root.Spawn(scheduler.New(scheduler.Config{
+			Store: r.store, Schedules: schedules, Logger: r.logger, Halted: r.isHalted,
+		}).Props())
+	}
 	if r.cfg.PollOnly {
 		return
 	}
@@ -462,9 +485,9 @@ func (r *Runtime) stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("unregistering the observable metrics: %w", err))
 		}
 	}
-	for _, pid := range []*actor.PID{r.sweeper, r.dispatcher, r.replica, r.delivery, r.listener} {
+	for _, pid := range []*actor.PID{r.scheduler, r.sweeper, r.dispatcher, r.replica, r.delivery, r.listener} {
 		if pid == nil {
-			continue // PollOnly: no listener
+			continue // PollOnly: no listener; no Schedules: no scheduler
 		}
 		if err := r.system.Root.PoisonFuture(pid).Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping actor %s: %w", pid.Id, err))

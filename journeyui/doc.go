@@ -1,5 +1,5 @@
 // Package journeyui is journey-go's web dashboard: an http.Handler that shows the executions,
-// replicas and reclaims of a schema, and lets an operator retry a failed node, archive and
+// replicas, schedules and reclaims of a schema, and lets an operator retry a failed node, archive and
 // unarchive an execution.
 //
 // It needs no Go code of the graphs: it reads what the replicas record in the database (the

@@ -17,7 +17,7 @@ import (
 )
 
 // pageNames are the templates of the pages, each rendered inside templates/layout.html.
-var pageNames = []string{"overview", "executions", "execution", "replicas", "reclaims", "insights", "error"}
+var pageNames = []string{"overview", "executions", "execution", "replicas", "schedules", "reclaims", "insights", "error"}
 
 // parsePages parses each page with the layout. Links start with base.
 func parsePages(base string) (map[string]*template.Template, error) {
@@ -38,6 +38,7 @@ func parsePages(base string) (map[string]*template.Template, error) {
 			return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String()
 		},
 		"deref": func(s *string) string { return derefOr(s, "-") },
+		"fire":  fireTime,
 		"json":  prettyJSON,
 		"pct":   func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) + "%" },
 		"count": group,
@@ -386,6 +387,28 @@ func (u *ui) replicas(w http.ResponseWriter, r *http.Request) {
 
 // reclaimsShown is how many reclaims the page lists.
 const reclaimsShown = 200
+
+func (u *ui) schedules(w http.ResponseWriter, r *http.Request) {
+	ss, err := u.store.Schedules(r.Context())
+	if err != nil {
+		u.fail(w, r, err, "")
+		return
+	}
+	u.render(w, r, "schedules", "Schedules", http.StatusOK, ss)
+}
+
+// fireTime is a schedule's fire time in the schedule's location, with the zone's abbreviation,
+// as journey schedules shows it; in UTC if the location cannot be loaded here; "-" for none.
+func fireTime(t *time.Time, location string) string {
+	if t == nil {
+		return "-"
+	}
+	loc, err := time.LoadLocation(location)
+	if err != nil || location == "Local" {
+		loc = time.UTC
+	}
+	return t.In(loc).Format("2006-01-02 15:04 MST")
+}
 
 func (u *ui) reclaims(w http.ResponseWriter, r *http.Request) {
 	rs, err := u.store.Reclaims(r.Context(), reclaimsShown)

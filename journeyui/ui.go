@@ -132,6 +132,7 @@ func Handler(ctx context.Context, opts Options) (http.Handler, error) {
 	u.mux.HandleFunc("GET /executions", u.executions)
 	u.mux.HandleFunc("GET /executions/{id}", u.execution)
 	u.mux.HandleFunc("GET /replicas", u.replicas)
+	u.mux.HandleFunc("GET /schedules", u.schedules)
 	u.mux.HandleFunc("GET /reclaims", u.reclaims)
 	u.mux.HandleFunc("GET /insights/{graph}", u.insights)
 	// Browsers send Sec-Fetch-Site or Origin: a cross-site POST is refused before the CSRF

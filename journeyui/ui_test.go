@@ -22,6 +22,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/journeyui"
 	"github.com/journey-go/journey/migrations"
@@ -576,4 +577,37 @@ func session(t *testing.T, opts journeyui.Options) (*httptest.Server, *http.Clie
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	return serve(t, opts), &http.Client{Jar: jar}
+}
+
+// The schedules page lists each schedule with its last and next fire times, in its location.
+func TestSchedulesPage(t *testing.T) {
+	t.Parallel()
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	require.NoError(t, err)
+	g := graph.MustNew("digest", "v1", []graph.Node{graph.Input("day")})
+	opts := migrated(t)
+	stub := clock.NewStub(time.Date(2025, 5, 1, 23, 59, 0, 0, time.UTC)) // 08:59 on 2 May in Tokyo
+	rt, err := journey.New(t.Context(), journey.Config{DatabaseURL: pgtest.URL(t), Schema: opts.Schema, Graphs: []*graph.Graph{g},
+		Logger: slog.New(slog.DiscardHandler), Test: journey.TestConfig{Clock: stub},
+		Schedules: []journey.Schedule{{Name: "digest-9am", Graph: g, Cron: "0 9 * * *", Location: tokyo}}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Stop(ctx))
+	})
+	stub.Set(time.Date(2025, 5, 2, 0, 0, 3, 0, time.UTC)) // 09:00:03 in Tokyo: it fires
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, serve(t, opts).URL+"/schedules", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), `<tr data-schedule="digest-9am">`)
+	require.Contains(t, string(body), `<td class="last-fire">2025-05-02 09:00 JST</td>`)
+	require.Contains(t, string(body), `<td class="next-fire">2025-05-03 09:00 JST</td>`)
+	require.Contains(t, string(body), `<td>none</td>`)
 }

@@ -16,11 +16,12 @@
 //
 // Lock order, which every transaction follows to stay free of deadlocks: computation rows first
 // (completions through their fenced UPDATE, in id order; an abandonment with SKIP LOCKED), then
-// the executions rows, in id order, then, last, the promotion lock. The holder of the promotion
-// lock waits for nothing else, and a write that finds it busy does not wait for it: it promotes
-// after its commit. Claims and heartbeats
-// never wait for a lock (SKIP LOCKED, on the executions rows too for a claim), and background
-// work (sweeps, tick wake-ups, promotions) gives up on a lock after the store's LockTimeout.
+// the executions rows, in id order, then, last, the promotion lock. A schedule's row
+// (FireSchedule) comes before all of them: its transaction locks nothing else first. The holder
+// of the promotion lock waits for nothing else, and a write that finds it busy does not wait for
+// it: it promotes after its commit. Claims and heartbeats never wait for a lock (SKIP LOCKED, on
+// the executions rows too for a claim), and background work (sweeps, tick wake-ups, promotions,
+// schedules) gives up on a lock after the store's LockTimeout.
 // Advancing never updates an existing computation row that another transaction could hold.
 //
 // User code that the store calls (gates, concurrency keys, backoffs) is run under recover: a

@@ -501,6 +501,51 @@ func runReplicas(ctx context.Context, env *environment, args []string) int {
 	return 0
 }
 
+const schedulesDescription = `schedules lists the schedules of Config.Schedules, as the replica that last fired or
+recorded each one defines it: its graph, cron, location and catch-up rule, the latest fire time
+that started an execution (LAST FIRE, with the execution's key schedule:NAME:TIME), and the next
+fire time. The times are shown in the schedule's location. A schedule that no replica lists any
+more stays, its UPDATED time falling behind.`
+
+// runSchedules implements "journey schedules".
+func runSchedules(ctx context.Context, env *environment, args []string) int {
+	fs, of := newOpsFlagSet(env, "schedules", "[-schema name] [-json]", schedulesDescription)
+	if _, code, ok := parseArgs(env, fs, args); !ok {
+		return code
+	}
+	store, closeDB, ok := openStore(ctx, env, "schedules", *of.schema)
+	if !ok {
+		return 1
+	}
+	defer closeDB()
+	schedules, err := store.Schedules(ctx)
+	if err != nil {
+		return fail(env, "schedules", err)
+	}
+	if *of.json {
+		return printJSON(env, schedules)
+	}
+	rows := make([][]string, 0, len(schedules))
+	for _, s := range schedules {
+		rows = append(rows, []string{s.Name, s.GraphName + "@" + s.GraphVersion, s.Cron, s.Location, s.CatchUp,
+			fireTime(s.LastFire, s.Location), fireTime(s.NextFire, s.Location), at(&s.UpdatedAt)})
+	}
+	table(env.stdout, "SCHEDULE\tGRAPH\tCRON\tLOCATION\tCATCH UP\tLAST FIRE\tNEXT FIRE\tUPDATED", rows)
+	return 0
+}
+
+// fireTime is a schedule's fire time in its location, with the zone's abbreviation; "-" for none.
+func fireTime(t *time.Time, location string) string {
+	if t == nil {
+		return "-"
+	}
+	loc, err := time.LoadLocation(location)
+	if err != nil || location == "Local" {
+		return at(t)
+	}
+	return t.In(loc).Format("2006-01-02 15:04 MST")
+}
+
 // runRetry is journey retry: of a node of one execution (ID NODE), or, with --graph, of a node in
 // every failed execution of a graph that the filters select.
 func runRetry(ctx context.Context, env *environment, args []string) int {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/persistence"
 )
@@ -614,4 +615,46 @@ func TestPauseGraph(t *testing.T) {
 	code, stdout, _ = b.ops(t, "graphs")
 	require.Equal(t, 0, code)
 	require.NotContains(t, stdout, "PAUSED")
+}
+
+func TestSchedulesCommand(t *testing.T) {
+	t.Parallel()
+	rome, err := time.LoadLocation("Europe/Rome")
+	require.NoError(t, err)
+	b := &opsBundle{url: pgtest.URL(t), schema: pgtest.Schema(t), fixed: new(atomic.Bool), charges: new(atomic.Int64)}
+	g := shopGraph(b.fixed, b.charges)
+	stub := clock.NewStub(time.Date(2025, 5, 1, 8, 30, 0, 0, time.UTC)) // 10:30 in Rome
+	startRuntime(t, journey.Config{
+		DatabaseURL: b.url, Schema: b.schema, Graphs: []*graph.Graph{g}, Logger: slog.New(slog.DiscardHandler),
+		Schedules: []journey.Schedule{{Name: "morning", Graph: g, Cron: "0 9 * * *", Location: rome,
+			Values: map[string]any{"order": "daily"}, CatchUp: journey.CatchUpOnce}},
+		Test: journey.TestConfig{Clock: stub},
+	})
+
+	code, stdout, stderr := b.ops(t, "schedules")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `SCHEDULE\s+GRAPH\s+CRON\s+LOCATION\s+CATCH UP\s+LAST FIRE\s+NEXT FIRE\s+UPDATED`, stdout)
+	require.Regexp(t, `morning\s+shop@v1\s+0 9 \* \* \*\s+Europe/Rome\s+once\s+-\s+2025-05-02 09:00 CEST\s`, stdout)
+
+	stub.Set(time.Date(2025, 5, 2, 7, 0, 5, 0, time.UTC)) // 09:00:05 in Rome
+	code, stdout, stderr = b.ops(t, "schedules")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `morning\s+shop@v1\s+0 9 \* \* \*\s+Europe/Rome\s+once\s+2025-05-02 09:00 CEST\s+2025-05-03 09:00 CEST\s`, stdout)
+
+	var schedules []persistence.ScheduleRow
+	b.okJSON(t, &schedules, "schedules")
+	require.Len(t, schedules, 1)
+	s := schedules[0]
+	require.Equal(t, "morning", s.Name)
+	require.Equal(t, "once", s.CatchUp)
+	require.True(t, s.LastFire.Equal(time.Date(2025, 5, 2, 7, 0, 0, 0, time.UTC)), "last fire %v", s.LastFire)
+	require.True(t, s.NextFire.Equal(time.Date(2025, 5, 3, 7, 0, 0, 0, time.UTC)), "next fire %v", s.NextFire)
+	// The execution of the fire time holds its key, with the schedule's values.
+	var d persistence.ExecutionDetail
+	b.okJSON(t, &d, "executions", "show", "--key", "schedule:morning:2025-05-02T07:00:00Z")
+	values := map[string]string{}
+	for _, v := range d.Values {
+		values[v.Node] = string(v.Value)
+	}
+	require.JSONEq(t, `"daily"`, values["order"], "values: %v", values)
 }

@@ -12,6 +12,7 @@
 //	journey executions list [flags]   executions, newest first, filtered and paged
 //	journey executions show ID        everything about one execution
 //	journey replicas                  the replicas, their heartbeats and what they run
+//	journey schedules                 the schedules, their last and next fire times
 //	journey retry ID NODE             retry a failed node (archive ID, unarchive ID alike)
 //	journey ui [--addr 127.0.0.1:8233] the web dashboard (journey dev --ui serves it too)
 //
@@ -53,6 +54,7 @@ var commands = []command{
 	{name: "executions", summary: "list executions (list), or show one (show ID)", run: runExecutions},
 	{name: "insights", summary: "where a graph's executions go and stop, and its work over time (GRAPH)", run: runInsights},
 	{name: "replicas", summary: "list the replicas, their heartbeat age and what they run", run: runReplicas},
+	{name: "schedules", summary: "list the schedules (Config.Schedules), their last and next fire times", run: runSchedules},
 	{name: "retry", summary: "give a failed node a fresh attempt budget (ID NODE, or --graph G --node N for many)", run: runRetry},
 	{name: "archive", summary: "archive an execution (ID)", run: runAction(persistence.ActionArchive)},
 	{name: "pause", summary: "pause an execution (ID) or a graph version (--graph G --version V): nothing of it is claimed until resume", run: runPause(true)},
