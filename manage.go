@@ -29,6 +29,16 @@ func (r *Runtime) Archive(ctx context.Context, id string) error {
 	if err := r.store.SetArchived(ctx, id, true); err != nil {
 		return err
 	}
+	// A child archived by hand has ended for its parent's map node, which may wait for it.
+	e, err := r.store.LoadExecution(ctx, id)
+	if err != nil {
+		return err
+	}
+	if e.Parent != nil {
+		if err := r.store.Recount(ctx, e.Parent); err != nil {
+			return err
+		}
+	}
 	return r.children(ctx, id, func(child string) error { return r.store.SetArchived(ctx, child, true) })
 }
 

@@ -259,3 +259,36 @@ func TestParentCancelReachesTheChildren(t *testing.T) {
 		require.Equal(t, "its parent "+ex.ID+" was canceled: customer left", c.CancelReason)
 	}
 }
+
+// A child archived by hand has ended for its map, which collects it as a failure.
+func TestMapCountsAChildArchivedByHand(t *testing.T) {
+	t.Parallel()
+	line := lineGraph(func(ctx context.Context, in graph.Values) (any, error) {
+		if in.String("sku") == "stuck" {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return in.String("sku"), nil
+	})
+	order := ordersGraph(line, graph.CollectFailures())
+	rt := newRuntime(t, testConfig(t, order, line))
+	ctx := testCtx(t)
+	ex, err := rt.Start(ctx, order, journey.WithValues(map[string]any{"lines": []map[string]any{
+		{"sku": "a", "cents": 1}, {"sku": "stuck", "cents": 2},
+	}}))
+	require.NoError(t, err)
+	waitFor(t, "the map to wait for the stuck child", func() bool {
+		return countStates(t, rt, ex.ID, "charges")[journey.StateWaiting] == 1
+	})
+	var stuck string
+	for _, c := range childrenOf(t, rt, ex.ID) {
+		if c.Parent.Index == 1 {
+			stuck = c.ID
+		}
+	}
+	require.NotEmpty(t, stuck)
+	require.NoError(t, rt.Archive(ctx, stuck))
+	v, err := rt.Get(ctx, ex.ID, "charges", journey.WaitAny())
+	require.NoError(t, err)
+	require.JSONEq(t, `["a", {"failed": true, "execution": "`+stuck+`", "error": "archived"}]`, string(v.Raw))
+}

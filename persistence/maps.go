@@ -139,10 +139,7 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 			return ErrClaimLost
 		}
 		if items == nil {
-			_, err := t.pg.Exec(ctx, s.q(`UPDATE {s}.map_progress m SET done = (SELECT count(*) FROM {s}.executions e
-				WHERE e.parent->>'id' = m.execution_id AND e.parent IS NOT NULL AND e.parent->>'node' = m.node
-					AND (e.parent->>'gen')::bigint = m.gen AND (`+childEnded+`))
-				WHERE m.lane = $1 AND m.execution_id = $2 AND m.node = $3`), lane, c.ExecutionID, c.Node)
+			_, err := t.pg.Exec(ctx, s.q(recount+` WHERE m.lane = $1 AND m.execution_id = $2 AND m.node = $3`), lane, c.ExecutionID, c.Node)
 			if err != nil {
 				return fmt.Errorf("counting the children of %s: %w", c.ExecutionID, err)
 			}
@@ -211,6 +208,31 @@ func (s *Store) startChildren(ctx context.Context, t *txn, c *Computation, rg *g
 		}
 	}
 	return states, nil
+}
+
+// recount counts again the ended children of a map node's generation, m, a row of map_progress.
+const recount = `UPDATE {s}.map_progress m SET done = (SELECT count(*) FROM {s}.executions e
+	WHERE e.parent->>'id' = m.execution_id AND e.parent IS NOT NULL AND e.parent->>'node' = m.node
+		AND (e.parent->>'gen')::bigint = m.gen AND (` + childEnded + `))`
+
+// Recount counts again the ended children of the generation of p, a child's parent, and makes the
+// map node, if it waits, AVAILABLE once they have all ended: after a change that ends a child
+// without an event to count it, such as an Archive.
+func (s *Store) Recount(ctx context.Context, p *Parent) error {
+	var woken []int
+	err := s.db.NewRaw(s.q(`WITH p AS (`+recount+` WHERE m.lane = ?0 AND m.execution_id = ?1 AND m.node = ?2 AND m.gen = ?3
+			RETURNING m.lane, m.execution_id, m.node, m.done >= m.total AS full)
+		UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = t.now, run_at = t.now
+		FROM p, (SELECT coalesce(?4::timestamptz, now()) AS now) t
+		WHERE p.full AND n.lane = p.lane AND n.execution_id = p.execution_id AND n.node = p.node AND n.state = 'WAITING'
+		RETURNING 1`), LaneOf(p.ID), p.ID, p.Node, p.Gen, s.clock.NowOrNil()).Scan(ctx, &woken)
+	if err != nil && !isNoRows(err) {
+		return fmt.Errorf("counting the children of node %q of %s: %w", p.Node, p.ID, err)
+	}
+	if len(woken) > 0 {
+		return s.notify(ctx, s.db, PayloadWork)
+	}
+	return nil
 }
 
 // childEnded holds for a child execution e that has ended, as its map node counts it: it

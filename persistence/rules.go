@@ -208,13 +208,8 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 	var keyErr error
 	if set.ConcurrencyKey != nil {
 		var k string
-		k, keyErr = recovered("the ConcurrencyKey of node "+quote(n.Name()), func() string { return set.ConcurrencyKey(st.values) })
-		if err := checkKey(k); keyErr == nil && err != nil {
-			keyErr = fmt.Errorf("the ConcurrencyKey of node %s returned a key that cannot be stored: %w; "+
-				"a key is valid UTF-8 with no NUL character, at most %d bytes", quote(n.Name()), err, maxKeyBytes)
-			if st.caller {
-				return nil, fmt.Errorf("%w: %w", ErrInvalidValue, keyErr)
-			}
+		if k, keyErr = st.keyOf(n, "ConcurrencyKey", set.ConcurrencyKey); errors.Is(keyErr, ErrInvalidValue) {
+			return nil, keyErr
 		}
 		if k != "" && keyErr == nil {
 			key = &k
@@ -224,13 +219,8 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 	if set.RateLimit > 0 && keyErr == nil {
 		var k string
 		if set.RateKey != nil {
-			k, keyErr = recovered("the RateKey of node "+quote(n.Name()), func() string { return set.RateKey(st.values) })
-			if err := checkKey(k); keyErr == nil && err != nil {
-				keyErr = fmt.Errorf("the RateKey of node %s returned a key that cannot be stored: %w; "+
-					"a key is valid UTF-8 with no NUL character, at most %d bytes", quote(n.Name()), err, maxKeyBytes)
-				if st.caller {
-					return nil, fmt.Errorf("%w: %w", ErrInvalidValue, keyErr)
-				}
+			if k, keyErr = st.keyOf(n, "RateKey", set.RateKey); errors.Is(keyErr, ErrInvalidValue) {
+				return nil, keyErr
 			}
 		}
 		// The empty key is a key: without a RateKey, the node has one window.
@@ -289,6 +279,21 @@ func (st *execState) insertComputation(n graph.Node, attempt int, sig signature,
 		st.nodeFailed(c, keyErr)
 	}
 	return c, nil
+}
+
+// keyOf calls fn, node n's ConcurrencyKey or RateKey (option), for the execution's key. A panic, or
+// a key that cannot be stored (see checkKey), is the error that fails the node; in a caller's write
+// (st.caller), a key that cannot be stored is ErrInvalidValue instead, which fails the write.
+func (st *execState) keyOf(n graph.Node, option string, fn func(graph.Values) string) (string, error) {
+	k, err := recovered("the "+option+" of node "+quote(n.Name()), func() string { return fn(st.values) })
+	if bad := checkKey(k); err == nil && bad != nil {
+		err = fmt.Errorf("the %s of node %s returned a key that cannot be stored: %w; "+
+			"a key is valid UTF-8 with no NUL character, at most %d bytes", option, quote(n.Name()), bad, maxKeyBytes)
+		if st.caller {
+			return "", fmt.Errorf("%w: %w", ErrInvalidValue, err)
+		}
+	}
+	return k, err
 }
 
 // holdsClaim reports whether c, a claimed attempt, is still its node's current attempt, RUNNING
