@@ -141,7 +141,8 @@ type StartOption func(*startOptions)
 type startOptions struct {
 	values   map[string]any
 	key      string
-	priority int
+	priority int   // as WithPriority gave it
+	prio     int16 // as the store takes it, once startArgs has checked it
 }
 
 // WithValues starts the execution with these input values set, as one change: the execution
@@ -237,7 +238,7 @@ func (r *Runtime) StartTx(ctx context.Context, tx Tx, g *graph.Graph, opts ...St
 		if err != nil {
 			return nil, err
 		}
-		execs, err := r.store.CreateExecutionsIn(ctx, caller, g, []map[string]json.RawMessage{set}, []string{o.key}, nil, []int16{o.prio()})
+		execs, err := r.store.CreateExecutionsIn(ctx, caller, g, []map[string]json.RawMessage{set}, []string{o.key}, nil, []int16{o.prio})
 		if err != nil {
 			return nil, err
 		}
@@ -287,15 +288,13 @@ func (r *Runtime) startArgs(g *graph.Graph, opts []StartOption) (map[string]json
 	if err := checkKey(g, o.key); err != nil {
 		return nil, o, err
 	}
-	if _, err := priority(o.priority); err != nil {
+	var err error
+	if o.prio, err = priority(o.priority); err != nil {
 		return nil, o, err
 	}
 	set, err := r.inputs(g, o.values)
 	return set, o, err
 }
-
-// prio is the priority of o, as the store takes it.
-func (o startOptions) prio() int16 { return int16(o.priority) }
 
 // priority checks p, a priority that a Start was given, and returns it as the store takes it.
 func priority(p int) (int16, error) {
@@ -311,7 +310,7 @@ func (r *Runtime) startOne(ctx context.Context, g *graph.Graph, opts []StartOpti
 	if err != nil {
 		return nil, err
 	}
-	key, prio := o.key, o.prio()
+	key, prio := o.key, o.prio
 	// The id is chosen before the first try: a try made again, when the COMMIT of the one before
 	// got no answer, gets the execution that one made, if it did, instead of a second.
 	id := r.store.NewID(g, key)

@@ -634,7 +634,7 @@ const eventsTail = `
 // returns how many it woke. The child's transaction holds its own execution's lock, then the
 // progress row's, then the node row's: the node's writers, which hold the parent's lock, never
 // wait for a child's.
-const reportsQuery = eventsQuery + `,
+var reportsQuery = eventsQuery + `,
 		r AS (SELECT e.lane, e.parent, e.node, e.gen, count(*) AS n
 			FROM c JOIN unnest($9::text[], $10::smallint[], $11::text[], $12::text[], $13::bigint[]) AS e(key, lane, parent, node, gen)
 				ON e.key = c.idempotency_key
@@ -642,10 +642,7 @@ const reportsQuery = eventsQuery + `,
 		p AS (UPDATE {s}.map_progress m SET done = m.done + r.n FROM r
 			WHERE m.lane = r.lane AND m.execution_id = r.parent AND m.node = r.node AND m.gen = r.gen
 			RETURNING m.lane, m.execution_id, m.node, m.done >= m.total AS full),
-		w AS (UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = t.now, run_at = t.now
-			FROM p, (SELECT coalesce(min(at), now()) AS now FROM unnest($6::timestamptz[]) AS at) t
-			WHERE p.full AND n.lane = p.lane AND n.execution_id = p.execution_id AND n.node = p.node AND n.state = 'WAITING'
-			RETURNING 1)
+		w AS (` + wakeMaps("(SELECT coalesce(min(at), now()) AS now FROM unnest($6::timestamptz[]) AS at)") + `)
 		SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM w)`
 
 // maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.

@@ -222,10 +222,7 @@ func (s *Store) Recount(ctx context.Context, p *Parent) error {
 	var woken []int
 	err := s.db.NewRaw(s.q(`WITH p AS (`+recount+` WHERE m.lane = ?0 AND m.execution_id = ?1 AND m.node = ?2 AND m.gen = ?3
 			RETURNING m.lane, m.execution_id, m.node, m.done >= m.total AS full)
-		UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = t.now, run_at = t.now
-		FROM p, (SELECT coalesce(?4::timestamptz, now()) AS now) t
-		WHERE p.full AND n.lane = p.lane AND n.execution_id = p.execution_id AND n.node = p.node AND n.state = 'WAITING'
-		RETURNING 1`), LaneOf(p.ID), p.ID, p.Node, p.Gen, s.clock.NowOrNil()).Scan(ctx, &woken)
+		`+wakeMaps("(SELECT coalesce(?4::timestamptz, now()) AS now)")), LaneOf(p.ID), p.ID, p.Node, p.Gen, s.clock.NowOrNil()).Scan(ctx, &woken)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("counting the children of node %q of %s: %w", p.Node, p.ID, err)
 	}
@@ -233,6 +230,16 @@ func (s *Store) Recount(ctx context.Context, p *Parent) error {
 		return s.notify(ctx, s.db, PayloadWork)
 	}
 	return nil
+}
+
+// wakeMaps makes AVAILABLE, at the time that now selects, the WAITING map nodes of p (a CTE of
+// map_progress rows counted again: lane, execution_id, node, full) whose children have all ended,
+// for a replica to claim and collect; it returns a row for each.
+func wakeMaps(now string) string {
+	return `UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = t.now, run_at = t.now
+		FROM p, ` + now + ` t
+		WHERE p.full AND n.lane = p.lane AND n.execution_id = p.execution_id AND n.node = p.node AND n.state = 'WAITING'
+		RETURNING 1`
 }
 
 // childEnded holds for a child execution e that has ended, as its map node counts it: it

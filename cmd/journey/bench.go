@@ -726,12 +726,15 @@ func (b *benchmark) setUp(ctx context.Context) (err error) {
 			b.cfg.finishedRows, took, size>>20)
 	}
 	if b.cfg.paused > 0 {
-		if err := b.startPaused(ctx, rt); err != nil {
+		if err := rt.PauseGraph(ctx, pausedGraph.Name(), pausedGraph.Version()); err != nil {
+			return err
+		}
+		if err := b.startWaiting(ctx, rt, pausedGraph, b.cfg.paused, "paused"); err != nil {
 			return err
 		}
 	}
 	if b.cfg.rated > 0 {
-		if err := b.startRated(ctx, rt); err != nil {
+		if err := b.startWaiting(ctx, rt, ratedGraph, b.cfg.rated, "rate-limited"); err != nil {
 			return err
 		}
 	}
@@ -1014,25 +1017,22 @@ var pausedGraph = graph.MustNew("bench_paused", "v1", []graph.Node{
 	graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return in.Int("x"), nil }),
 })
 
-// startPaused pauses bench_paused's version, and starts -paused executions of it, whose
-// computations wait PAUSED.
-func (b *benchmark) startPaused(ctx context.Context, rt *journey.Runtime) error {
+// startWaiting starts n executions of g, the graph of -paused (whose version is paused) or of
+// -rated, whose computations wait beside the measured work, described as what.
+func (b *benchmark) startWaiting(ctx context.Context, rt *journey.Runtime, g *graph.Graph, n int, what string) error {
 	began := time.Now()
-	if err := rt.PauseGraph(ctx, pausedGraph.Name(), pausedGraph.Version()); err != nil {
-		return err
-	}
-	for done := 0; done < b.cfg.paused; {
-		inputs := make([]map[string]any, min(1000, b.cfg.paused-done))
+	for done := 0; done < n; {
+		inputs := make([]map[string]any, min(1000, n-done))
 		for i := range inputs {
 			inputs[i] = map[string]any{"x": done + i}
 		}
-		if _, err := rt.StartMany(ctx, pausedGraph, inputs); err != nil {
-			return fmt.Errorf("starting the paused executions: %w", err)
+		if _, err := rt.StartMany(ctx, g, inputs); err != nil {
+			return fmt.Errorf("starting the %s executions: %w", what, err)
 		}
 		done += len(inputs)
 	}
-	fmt.Fprintf(b.env.stdout, "bench: started %d executions of the paused graph bench_paused in %s\n",
-		b.cfg.paused, time.Since(began).Round(time.Millisecond))
+	fmt.Fprintf(b.env.stdout, "bench: started %d executions of the %s graph %s in %s\n",
+		n, what, g.Name(), time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
@@ -1042,25 +1042,6 @@ var ratedGraph = graph.MustNew("bench_rated", "v1", []graph.Node{
 	graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return in.Int("x"), nil },
 		graph.RateLimit(1, 24*time.Hour, graph.RateKey(func(in graph.Values) string { return strconv.FormatInt(in.Int("x")%10, 10) }))),
 })
-
-// startRated starts -rated executions of bench_rated, whose computations, but 10, wait PENDING
-// for their rate limit's window.
-func (b *benchmark) startRated(ctx context.Context, rt *journey.Runtime) error {
-	began := time.Now()
-	for done := 0; done < b.cfg.rated; {
-		inputs := make([]map[string]any, min(1000, b.cfg.rated-done))
-		for i := range inputs {
-			inputs[i] = map[string]any{"x": done + i}
-		}
-		if _, err := rt.StartMany(ctx, ratedGraph, inputs); err != nil {
-			return fmt.Errorf("starting the rate-limited executions: %w", err)
-		}
-		done += len(inputs)
-	}
-	fmt.Fprintf(b.env.stdout, "bench: started %d executions of the rate-limited graph bench_rated in %s\n",
-		b.cfg.rated, time.Since(began).Round(time.Millisecond))
-	return nil
-}
 
 // startReplicas starts the measured replicas, at once.
 func (b *benchmark) startReplicas(ctx context.Context) ([]*journey.Runtime, error) {
