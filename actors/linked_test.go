@@ -55,8 +55,7 @@ func setup(t *testing.T) *linked {
 		}, graph.Heartbeat(20*time.Millisecond, 30*time.Second), graph.AbandonAfter(time.Minute)),
 	})
 	l := &linked{clock: clock.NewStub(time.Now()), terminated: make(chan *actor.PID, 2), running: new(sync.WaitGroup)}
-	l.store, err = persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: l.clock, Logger: logger})
-	require.NoError(t, err)
+	l.store = newStore(t, persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: l.clock, Logger: logger})
 	_, err = l.store.CreateExecution(ctx, g)
 	require.NoError(t, err)
 	claimed, err := l.store.Claim(ctx, "r1", 1)

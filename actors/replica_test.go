@@ -47,8 +47,7 @@ func TestFailingReplicaHeartbeatPausesClaiming(t *testing.T) {
 	heartbeats := pgx.Identifier{schema, "replica_heartbeats"}.Sanitize()
 	_, err = db.ExecContext(context.Background(), "ALTER TABLE "+heartbeats+" RENAME TO gone")
 	require.NoError(t, err)
-	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger})
-	require.NoError(t, err)
+	store := newStore(t, persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger})
 
 	system := NewSystem(logger)
 	got := make(chan any, 10)
@@ -101,4 +100,14 @@ func TestFailingReplicaHeartbeatPausesClaiming(t *testing.T) {
 	replicas, err := store.Replicas(context.Background())
 	require.NoError(t, err)
 	require.Len(t, replicas, 1)
+}
+
+// newStore returns a store of cfg that knows its schema's layout, as a runtime's does: on Citus,
+// its statements name their lanes.
+func newStore(t *testing.T, cfg persistence.Config) *persistence.Store {
+	t.Helper()
+	s, err := persistence.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, s.ReadLayout(t.Context()))
+	return s
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // On a database with Citus (make test-citus), Migrate distributes the per-execution tables by
-// lane, co-located, and keeps a key unique in its lane; a second run changes nothing. On one
+// lane, co-located, and keeps a key unique in its lane; a second run changes nothing, and a
+// table that a later release distributes is distributed by its first run. On one
 // PostgreSQL, it distributes nothing, and the test has nothing to check.
 func TestMigrateDistributesOnCitus(t *testing.T) {
 	t.Parallel()
@@ -47,4 +48,15 @@ func TestMigrateDistributesOnCitus(t *testing.T) {
 	again, err := migrations.Migrate(t.Context(), db, schema, testLogger(t))
 	require.NoError(t, err)
 	require.Empty(t, again, "a second run distributes nothing again")
+
+	// A schema distributed by a release without map_progress in Distributed.
+	require.NoError(t, db.NewRaw(`SELECT undistribute_table(?)`, schema+".map_progress").Scan(t.Context(), new(any)))
+	upgraded, err := migrations.Migrate(t.Context(), db, schema, testLogger(t))
+	require.NoError(t, err)
+	require.Equal(t, []string{"citus"}, upgraded)
+	var colocated bool
+	require.NoError(t, db.NewRaw(`SELECT (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = to_regclass(?0))
+			= (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = to_regclass(?1))`,
+		schema+".map_progress", schema+".executions").Scan(t.Context(), &colocated))
+	require.True(t, colocated, "map_progress is distributed with the executions")
 }

@@ -52,7 +52,7 @@ func (s source) name() string { return s.number + "_" + s.comment }
 // open connections.
 //
 // On a database with the citus extension, Migrate then distributes the per-execution tables by
-// lane (see Distributed), once.
+// lane (see Distributed): those that are not yet.
 //
 // Migrate returns the names ("0001_core", ...) of the migrations this call applied, and "citus"
 // if it distributed the tables: none if the schema was up to date. A migration that fails is rolled back and not marked as applied;
@@ -159,16 +159,16 @@ func run(ctx context.Context, db *bun.DB, schema string, logger *slog.Logger, so
 	if err != nil {
 		return applied, fmt.Errorf("migrating schema %s: %w", schema, err)
 	}
-	present, distributed, err := citus(ctx, db, schema)
+	present, missing, err := citus(ctx, db, schema)
 	if err != nil {
 		return applied, fmt.Errorf("migrating schema %s: looking for Citus: %w", schema, err)
 	}
-	if present && !distributed {
+	if present && len(missing) > 0 {
 		distributing := time.Now()
-		if err := distribute(ctx, db, schema); err != nil {
+		if err := distribute(ctx, db, schema, missing); err != nil {
 			return applied, err
 		}
-		logger.Debug("distributed the tables by lane on Citus", "elapsed", time.Since(distributing).Round(time.Millisecond))
+		logger.Debug("distributed the tables by lane on Citus", "tables", missing, "elapsed", time.Since(distributing).Round(time.Millisecond))
 		applied = append(applied, "citus")
 	}
 	if len(applied) == 0 {
@@ -204,11 +204,11 @@ func upToDate(ctx context.Context, db *bun.DB, schema string, sources []source) 
 	if applied < len(names) {
 		return false, nil
 	}
-	present, distributed, err := citus(ctx, db, schema)
+	_, missing, err := citus(ctx, db, schema)
 	if err != nil {
 		return false, fmt.Errorf("migrating schema %s: looking for Citus: %w", schema, err)
 	}
-	return !present || distributed, nil
+	return len(missing) == 0, nil
 }
 
 // Grant gives role what a replica, the CLI's commands and the dashboard need in schema, and no

@@ -633,16 +633,17 @@ const eventsTail = `
 // last end of a generation makes the node, if it waits, AVAILABLE, to collect the results; it
 // returns how many it woke. The child's transaction holds its own execution's lock, then the
 // progress row's, then the node row's: the node's writers, which hold the parent's lock, never
-// wait for a child's.
+// wait for a child's. The parents' lanes are named, for Citus to send the updates to their shards
+// alone.
 var reportsQuery = eventsQuery + `,
 		r AS (SELECT e.lane, e.parent, e.node, e.gen, count(*) AS n
 			FROM c JOIN unnest($9::text[], $10::smallint[], $11::text[], $12::text[], $13::bigint[]) AS e(key, lane, parent, node, gen)
 				ON e.key = c.idempotency_key
 			GROUP BY e.lane, e.parent, e.node, e.gen),
 		p AS (UPDATE {s}.map_progress m SET done = m.done + r.n FROM r
-			WHERE m.lane = r.lane AND m.execution_id = r.parent AND m.node = r.node AND m.gen = r.gen
+			WHERE m.lane = ANY($10::smallint[]) AND m.lane = r.lane AND m.execution_id = r.parent AND m.node = r.node AND m.gen = r.gen
 			RETURNING m.lane, m.execution_id, m.node, m.done >= m.total AS full),
-		w AS (` + wakeMaps("(SELECT coalesce(min(at), now()) AS now FROM unnest($6::timestamptz[]) AS at)") + `)
+		w AS (` + wakeMaps("(SELECT coalesce(min(at), now()) AS now FROM unnest($6::timestamptz[]) AS at)", "ANY($10::smallint[])") + `)
 		SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM w)`
 
 // maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.

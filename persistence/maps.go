@@ -139,7 +139,8 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 			return ErrClaimLost
 		}
 		if items == nil {
-			_, err := t.pg.Exec(ctx, s.q(recount+` WHERE m.lane = $1 AND m.execution_id = $2 AND m.node = $3`), lane, c.ExecutionID, c.Node)
+			gen := `(SELECT gen FROM {s}.map_progress WHERE lane = $1 AND execution_id = $2 AND node = $3)`
+			_, err := t.pg.Exec(ctx, s.q(recount("$1", "$2", "$3", gen)), lane, c.ExecutionID, c.Node)
 			if err != nil {
 				return fmt.Errorf("counting the children of %s: %w", c.ExecutionID, err)
 			}
@@ -210,19 +211,24 @@ func (s *Store) startChildren(ctx context.Context, t *txn, c *Computation, rg *g
 	return states, nil
 }
 
-// recount counts again the ended children of a map node's generation, m, a row of map_progress.
-const recount = `UPDATE {s}.map_progress m SET done = (SELECT count(*) FROM {s}.executions e
-	WHERE e.parent->>'id' = m.execution_id AND e.parent IS NOT NULL AND e.parent->>'node' = m.node
-		AND (e.parent->>'gen')::bigint = m.gen AND (` + childEnded + `))`
+// recount counts again the ended children of a generation of a map node, a row of map_progress:
+// lane, id, node and gen are the SQL of its columns' values. The count reads no column of the
+// row: Citus runs no subquery of a distributed table that refers to a table outside it.
+func recount(lane, id, node, gen string) string {
+	return `UPDATE {s}.map_progress m SET done = (SELECT count(*) FROM {s}.executions e
+			WHERE e.parent->>'id' = ` + id + ` AND e.parent IS NOT NULL AND e.parent->>'node' = ` + node + `
+				AND (e.parent->>'gen')::bigint = ` + gen + ` AND (` + childEnded + `))
+		WHERE m.lane = ` + lane + ` AND m.execution_id = ` + id + ` AND m.node = ` + node + ` AND m.gen = ` + gen
+}
 
 // Recount counts again the ended children of the generation of p, a child's parent, and makes the
 // map node, if it waits, AVAILABLE once they have all ended: after a change that ends a child
 // without an event to count it, such as an Archive.
 func (s *Store) Recount(ctx context.Context, p *Parent) error {
 	var woken []int
-	err := s.db.NewRaw(s.q(`WITH p AS (`+recount+` WHERE m.lane = ?0 AND m.execution_id = ?1 AND m.node = ?2 AND m.gen = ?3
+	err := s.db.NewRaw(s.q(`WITH p AS (`+recount("?0", "?1", "?2", "?3")+`
 			RETURNING m.lane, m.execution_id, m.node, m.done >= m.total AS full)
-		`+wakeMaps("(SELECT coalesce(?4::timestamptz, now()) AS now)")), LaneOf(p.ID), p.ID, p.Node, p.Gen, s.clock.NowOrNil()).Scan(ctx, &woken)
+		`+wakeMaps("(SELECT coalesce(?4::timestamptz, now()) AS now)", "?0")), LaneOf(p.ID), p.ID, p.Node, p.Gen, s.clock.NowOrNil()).Scan(ctx, &woken)
 	if err != nil && !isNoRows(err) {
 		return fmt.Errorf("counting the children of node %q of %s: %w", p.Node, p.ID, err)
 	}
@@ -234,11 +240,12 @@ func (s *Store) Recount(ctx context.Context, p *Parent) error {
 
 // wakeMaps makes AVAILABLE, at the time that now selects, the WAITING map nodes of p (a CTE of
 // map_progress rows counted again: lane, execution_id, node, full) whose children have all ended,
-// for a replica to claim and collect; it returns a row for each.
-func wakeMaps(now string) string {
+// for a replica to claim and collect; it returns a row for each. lanes is the SQL of p's lanes (a
+// lane, or ANY of an array), for Citus to send the update to their shards alone.
+func wakeMaps(now, lanes string) string {
 	return `UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = t.now, run_at = t.now
 		FROM p, ` + now + ` t
-		WHERE p.full AND n.lane = p.lane AND n.execution_id = p.execution_id AND n.node = p.node AND n.state = 'WAITING'
+		WHERE p.full AND n.lane = ` + lanes + ` AND n.lane = p.lane AND n.execution_id = p.execution_id AND n.node = p.node AND n.state = 'WAITING'
 		RETURNING 1`
 }
 

@@ -43,9 +43,10 @@ DATABASE_URL=$url $GO run ./examples/onboarding
 # The runtime's core: Start, Set, Get with wait, retries, heartbeats and abandonment, gating,
 # keyed starts under concurrency, notifications once across replicas; the lock timeout, and a
 # local claim that waited for a lock; what reads across lanes (List, History, the insights, a
-# graph changed under its version), archiving, cancel and pause; then the SIGKILL of a replica process, with its
-# audit (nothing lost, nothing run twice at once). The whole root package passes on Citus too, but
-# for the tests that skip there, in about 3 minutes more.
+# graph changed under its version), archiving, cancel and pause; child executions, rate limits,
+# priorities and a schedule across replicas; the sweeper's and the actors' own tests; then the
+# SIGKILL of a replica process, with its audit (nothing lost, nothing run twice at once). The whole
+# root package passes on Citus too, but for the tests that skip there, in about 7 minutes more.
 core='^(TestRetries|TestRetryGivesAFreshBudget|TestWaitingGetReturnsWhatAReadReturns|TestSetIsIdempotent'
 core+='|TestStartMany|TestStartWithValuesIsStartThenSetMany|TestHeartbeatKeepsLongWorkAlive'
 core+='|TestHardDeadlineAbandonsAndFences|TestHeartbeatDeadlineCatchesAFrozenWorker|TestConcurrencyKeyAcrossReplicas'
@@ -54,11 +55,15 @@ core+='|TestConcurrentKeyedStartsMakeOneExecution|TestStartManyWithKeys|TestFail
 core+='|TestCompletedEventFiresOnce|TestCompleterGivesUpOnAHeldExecutionAndRecordsOnceItIsFree'
 core+='|TestLocalClaimStartsItsDeadlinesAfterTheLockWait|TestListFiltersAndSorts|TestHistoryListsEveryChange'
 core+='|TestInsightsFunnel|TestNewRefusesAGraphChangedUnderItsVersion|TestArchive|TestArchiveFreesTheKey'
-core+='|TestCancelStopsAnExecutionForGood|TestPauseHoldsWhatComesReadyUntilResume|TestPauseGraphHoldsItsWorkOnly|TestListByState)$'
+core+='|TestCancelStopsAnExecutionForGood|TestPauseHoldsWhatComesReadyUntilResume|TestPauseGraphHoldsItsWorkOnly|TestListByState'
+core+='|TestMap.*|TestChildTakesItsOneChildResult|TestParentCancelReachesTheChildren|TestRateLimitAcrossReplicas'
+core+='|TestRateKeyAcrossReplicas|TestPriorityOrdersTheQueueWithoutStarving|TestScheduleFiresOncePerFireTimeAcrossReplicas)$'
 echo "== the migrations distribute the tables by lane"
 TEST_DATABASE_URL=$url $GO test -race -count=1 -run '^TestMigrateDistributesOnCitus$' ./migrations
 echo "== the core runtime tests on Citus"
 TEST_DATABASE_URL=$url JOURNEY_SKIP_POOLER=1 $GO test -race -count=1 -timeout 15m -run "$core" .
+echo "== the sweeper and the actors on Citus"
+TEST_DATABASE_URL=$url $GO test -race -count=1 -timeout 10m ./sweeper ./actors
 echo "== the insights count every committed write once on Citus"
 TEST_DATABASE_URL=$url $GO test -race -count=1 -timeout 15m -run '^TestInsightsCountEveryCommittedWriteOnce$' ./persistence
 echo "== a replica process SIGKILLed on Citus"

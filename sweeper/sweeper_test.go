@@ -79,8 +79,7 @@ func setup(t *testing.T, name string) *bundle {
 			graph.Backoff(func(int) time.Duration { return 0 })),
 	})
 	var err error
-	b.store, err = persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: logger})
-	require.NoError(t, err)
+	b.store = newStore(t, persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: logger})
 	b.sweeper = newSweeper(t, sweeper.Config{Store: b.store, Logger: logger})
 	e, err := b.store.CreateExecution(ctx, b.g)
 	require.NoError(t, err)
@@ -182,11 +181,10 @@ func TestSkipsGraphsItDoesNotServe(t *testing.T) {
 	b := setup(t, "served")
 	ctx := context.Background()
 	b.claim(t)
-	other, err := persistence.New(persistence.Config{
+	other := newStore(t, persistence.Config{
 		DB: b.store.DB(), Schema: b.store.Schema(), Clock: b.clock,
 		Graphs: []*graph.Graph{graph.MustNew("other", "v1", []graph.Node{graph.Input("a")})},
 	})
-	require.NoError(t, err)
 	b.clock.Advance(time.Hour)
 	b.alive(t)
 	res, err := newSweeper(t, sweeper.Config{Store: other}).RunOnce(ctx)
@@ -209,8 +207,7 @@ func TestPromotesDueRetries(t *testing.T) {
 		graph.Compute("y", graph.Needs(), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil },
 			graph.Backoff(func(int) time.Duration { return time.Minute })),
 	})
-	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub, Logger: logger})
-	require.NoError(t, err)
+	store := newStore(t, persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub, Logger: logger})
 	e, err := store.CreateExecution(ctx, g)
 	require.NoError(t, err)
 	got, err := store.Claim(ctx, "r1", 1)
@@ -280,7 +277,7 @@ func TestJudgesAReplicaByItsOwnStaleAfter(t *testing.T) {
 	c := b.claim(t)
 	beat(t, b.store, "r1", time.Minute, false)
 	// Work that may take an hour: only the replica's staleness can end it here.
-	_, err := b.store.DB().NewRaw("UPDATE ?.nodes SET deadline = deadline + interval '1 hour'", bun.Ident(b.store.Schema())).Exec(ctx)
+	_, err := b.store.DB().NewRaw("UPDATE ?.nodes SET deadline = ?", bun.Ident(b.store.Schema()), b.clock.Now().Add(time.Hour)).Exec(ctx)
 	require.NoError(t, err)
 
 	b.clock.Advance(30 * time.Second) // older than the default 20s, younger than its own minute
@@ -351,9 +348,8 @@ func TestAbandonmentTelemetry(t *testing.T) {
 	tel, err := telemetry.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
 	require.NoError(t, err)
-	store, err := persistence.New(persistence.Config{DB: b.store.DB(), Schema: b.store.Schema(), Clock: b.clock,
+	store := newStore(t, persistence.Config{DB: b.store.DB(), Schema: b.store.Schema(), Clock: b.clock,
 		Graphs: []*graph.Graph{b.g}, Tracer: tel.Tracer})
-	require.NoError(t, err)
 	sw := newSweeper(t, sweeper.Config{Store: store, ReplicaID: "r1", Telemetry: tel})
 	_, sampled, err := sw.SampleStates(ctx)
 	require.NoError(t, err)
@@ -427,14 +423,13 @@ func TestPassesStartIntervalApart(t *testing.T) {
 	abandoning := make(chan int64, 2)
 	release := make(chan struct{})
 	var calls atomic.Int32
-	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger,
+	store := newStore(t, persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Logger: logger,
 		Hooks: persistence.Hooks{Abandoning: func(c *persistence.Computation) {
 			abandoning <- c.ID
 			if calls.Add(1) == 1 {
 				<-release // the first abandonment holds up its pass
 			}
 		}}})
-	require.NoError(t, err)
 	// expired starts an execution and claims its attempt as a replica with no heartbeat row.
 	expired := func() int64 {
 		e, err := store.CreateExecution(ctx, g)
@@ -486,8 +481,7 @@ func TestRetentionBehindSweepsAgainSoon(t *testing.T) {
 	db, schema := migrated(t)
 	g := graph.MustNew("retention", "v1", []graph.Node{graph.Input("x")})
 	stub := clock.NewStub(time.Now())
-	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub, Logger: logger})
-	require.NoError(t, err)
+	store := newStore(t, persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub, Logger: logger})
 	e, err := store.CreateExecution(ctx, g)
 	require.NoError(t, err)
 	for x := range 12 {
@@ -521,10 +515,9 @@ func TestStrandedVersionIsWarnedOf(t *testing.T) {
 		graph.Input("x"),
 		graph.Compute("y", graph.Needs("x"), func(ctx context.Context, in graph.Values) (any, error) { return 1, nil }),
 	})
-	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g},
+	store := newStore(t, persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g},
 		Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	_, err = store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, {"x": json.RawMessage("2")}, nil}, nil, nil, nil)
+	_, err := store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, {"x": json.RawMessage("2")}, nil}, nil, nil, nil)
 	require.NoError(t, err)
 
 	var log strings.Builder
@@ -550,10 +543,9 @@ func TestRollsTheInsightsUp(t *testing.T) {
 	db, schema := migrated(t)
 	stub := clock.NewStub(time.Now())
 	g := graph.MustNew("roll", "v1", []graph.Node{graph.Input("x")})
-	store, err := persistence.New(persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub,
+	store := newStore(t, persistence.Config{DB: db, Schema: schema, Graphs: []*graph.Graph{g}, Clock: stub,
 		Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	_, err = store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, nil}, nil, nil, nil)
+	_, err := store.CreateExecutions(ctx, g, []map[string]json.RawMessage{{"x": json.RawMessage("1")}, nil}, nil, nil, nil)
 	require.NoError(t, err)
 	stub.Advance(3 * time.Minute) // the executions' minute is no longer filling
 
@@ -574,4 +566,14 @@ func beat(t *testing.T, s *persistence.Store, replica string, staleAfter time.Du
 		persistence.Identity{Incarnation: "00000000-0000-4000-8000-000000000001", Holder: "the test"}, staleAfter, start)
 	require.NoError(t, err)
 	require.False(t, res.Taken)
+}
+
+// newStore returns a store of cfg that knows its schema's layout, as a runtime's does: on Citus,
+// its statements name their lanes.
+func newStore(t *testing.T, cfg persistence.Config) *persistence.Store {
+	t.Helper()
+	s, err := persistence.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, s.ReadLayout(t.Context()))
+	return s
 }
