@@ -127,7 +127,7 @@ $(PGBOUNCER): $(SHARED_TOOLS)/pgbouncer-$(PGBOUNCER_VERSION).tar.gz
 
 FUZZTIME ?= 1m
 FUZZ_TESTS = ./graph:FuzzNew ./graph:FuzzValue ./persistence:FuzzCheckText \
-	./persistence:FuzzCheckValue ./persistence:FuzzParseWhere ./persistence:FuzzParseCursor ./persistence:FuzzParseSignature
+	./persistence:FuzzCheckValue ./persistence:FuzzParseWhere ./persistence:FuzzParseCursor ./persistence/machine:FuzzParseSignature
 
 fuzz:
 	@for t in $(FUZZ_TESTS); do \

@@ -584,9 +584,16 @@ func (r *Runtime) SetMany(ctx context.Context, id string, values map[string]any,
 }
 
 // SetTx is Set in tx, a transaction of the application's (see StartTx): the value is set, and
-// the work it makes runs, once tx commits; after a rollback it is as if it had not been set. The
-// execution stays locked until tx ends: its other writes wait for tx. An error leaves tx to the
-// application, to roll back.
+// the work it makes runs, once tx commits; after a rollback it is as if it had not been set.
+// OnSave fires for it once tx has committed. The execution stays locked until tx ends: its other
+// writes wait for tx. An error leaves tx to the application, to roll back.
+//
+// tx may be READ COMMITTED (PostgreSQL's default), REPEATABLE READ or SERIALIZABLE. In the last
+// two, whose reads see the snapshot of tx's first statement, SetTx reads the execution's rows as
+// committed, under its lock, and writes the values alone: the gates are evaluated, and the work
+// made, once tx has committed (by this replica, or by the sweep's WakeDue if it stops first). A
+// row that another transaction changed since tx's snapshot fails the write with PostgreSQL's
+// serialization error (SQLSTATE 40001), as any write of tx would: retry tx.
 func (r *Runtime) SetTx(ctx context.Context, tx Tx, id, node string, value any, opts ...SetOption) (int64, error) {
 	return r.SetManyTx(ctx, tx, id, map[string]any{node: value}, opts...)
 }

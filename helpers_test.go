@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,4 +138,21 @@ func waitIdle(t testing.TB, rt *journey.Runtime, id string) {
 		}
 		return true
 	})
+}
+
+// unreleased returns the attempts of cs that were not handed back at a Stop, and checks that
+// those that were are in the history as such: CANCELED, with the release's reason, and with the
+// claim's time, which keeps their place in a rate window.
+func unreleased(t testing.TB, cs []journey.Computation) []journey.Computation {
+	t.Helper()
+	var out []journey.Computation
+	for _, c := range cs {
+		if !strings.HasPrefix(c.Error, "released: replica ") {
+			out = append(out, c)
+			continue
+		}
+		require.Equal(t, journey.StateCanceled, c.State, "a released claim: %+v", c)
+		require.NotNil(t, c.ClaimedAt, "a released claim keeps its time: %+v", c)
+	}
+	return out
 }

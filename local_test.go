@@ -257,7 +257,7 @@ func TestClaimOfAWriteWhoseCommitGotNoAnswerIsReleased(t *testing.T) {
 	v, err := rt.Get(gctx, ex.ID, "y", journey.WaitAny())
 	require.NoError(t, err)
 	require.Equal(t, int64(2), v.Int())
-	got := attempts(t, rt, ex.ID, "y")
+	got := unreleased(t, attempts(t, rt, ex.ID, "y"))
 	require.Len(t, got, 1, "no attempt spent")
 	require.Equal(t, journey.StateSuccess, got[0].State)
 	require.Equal(t, 1, got[0].Attempt)

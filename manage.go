@@ -21,53 +21,26 @@ func IncludeArchived() LoadOption {
 
 // Archive archives an execution: Load and List leave it out unless asked, and its computations
 // are neither claimed nor swept. It frees the execution's key, if it has one: the next Start with
-// the key starts a new execution. An archive node does the same when its gate holds.
+// the key starts a new execution. An archive node does the same when its gate holds. Its children
+// (graph.Map, graph.Child) are archived with it once it has committed; a child archived has ended
+// for its parent's map node.
 func (r *Runtime) Archive(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	if err := r.store.SetArchived(ctx, id, true); err != nil {
-		return err
-	}
-	// A child archived by hand has ended for its parent's map node, which may wait for it.
-	e, err := r.store.LoadExecution(ctx, id)
-	if err != nil {
-		return err
-	}
-	if e.Parent != nil {
-		if err := r.store.Recount(ctx, e.Parent); err != nil {
-			return err
-		}
-	}
-	return r.children(ctx, id, func(child string) error { return r.store.SetArchived(ctx, child, true) })
-}
-
-// children applies fn to the unarchived children of execution id (graph.Map, graph.Child), and to
-// theirs, after id's own change has committed: a parent's cancel, pause, resume or archive
-// reaches its children. Each child's change is a transaction of its own.
-func (r *Runtime) children(ctx context.Context, id string, fn func(child string) error) error {
-	ids, err := r.store.Children(ctx, id)
-	if err != nil {
-		return err
-	}
-	for _, child := range ids {
-		if err := fn(child); err != nil {
-			return fmt.Errorf("child %s of %s: %w", child, id, err)
-		}
-		if err := r.children(ctx, child, fn); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.store.SetArchived(ctx, id, true)
 }
 
 // Cancel cancels an execution, for reason: it stops for good. Its attempts that wait end
-// CANCELED; so do the running ones, whose contexts are canceled on whichever replica runs them
+// CANCELED at once. Its running ones have their contexts canceled on whichever replica runs them
 // (woken by the NOTIFY of the cancel, within milliseconds; a replica that misses it learns at the
-// attempt's next heartbeat), and whose results are dropped. Their concurrency slots are free at
-// once. Nothing new is created or claimed: a Set still records its values, and nothing runs of
-// them. Get of a node with no value answers ErrCanceled, and a waiting Get ends with it.
-// OnExecutionCanceled and the webhooks' execution.canceled fire once, across replicas.
+// attempt's next heartbeat), and end CANCELED once their functions return, their results dropped:
+// until then they keep their concurrency slots, so that a key or a limit never has two holders
+// whose functions run. Nothing new is created or claimed: a Set still records its values, and
+// nothing runs of them. Get of a node with no value answers ErrCanceled, and a waiting Get ends
+// with it. OnExecutionCanceled and the webhooks' execution.canceled fire once, across replicas.
+// Its children (graph.Map, graph.Child) are canceled with it once it has committed (and by the
+// sweep, should this replica stop first).
 //
 // Canceling a canceled execution changes nothing, and returns nil. A canceled execution keeps its
 // key, as a completed one does: a Start with the key returns it (Existing). Archive it to free
@@ -76,27 +49,20 @@ func (r *Runtime) Cancel(ctx context.Context, id, reason string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	if err := r.store.Cancel(ctx, id, reason); err != nil {
-		return err
-	}
-	return r.children(ctx, id, func(child string) error {
-		return r.store.Cancel(ctx, child, "its parent "+id+" was canceled: "+reason)
-	})
+	return r.store.Cancel(ctx, id, reason)
 }
 
 // Pause pauses an execution: nothing of it is claimed or promoted until Resume. Its waiting
 // attempts, and those that its writes make meanwhile (a Set, a tick that comes due, a running
-// attempt's end), wait PAUSED, which no claim reads: a paused execution costs the claims of others
-// nothing. Its running attempts run on, and finish. Pausing a paused execution changes nothing; a
-// canceled one stays canceled.
+// attempt's end, a map node whose children have ended, an attempt released at a Stop), wait
+// PAUSED, which no claim reads: a paused execution costs the claims of others nothing. Its running
+// attempts run on, and finish. Its children follow, as they do Resume. Pausing a paused execution
+// changes nothing; a canceled one stays canceled.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	if err := r.store.SetPaused(ctx, id, true); err != nil {
-		return err
-	}
-	return r.children(ctx, id, func(child string) error { return r.store.SetPaused(ctx, child, true) })
+	return r.store.SetPaused(ctx, id, true)
 }
 
 // Resume resumes a paused execution: what waits runs, in the order it came due, on whichever
@@ -105,10 +71,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	if err := r.store.SetPaused(ctx, id, false); err != nil {
-		return err
-	}
-	return r.children(ctx, id, func(child string) error { return r.store.SetPaused(ctx, child, false) })
+	return r.store.SetPaused(ctx, id, false)
 }
 
 // PauseGraph pauses a graph version: no replica claims its work until ResumeGraph. The waiting
@@ -142,8 +105,11 @@ func (r *Runtime) setGraphPaused(ctx context.Context, name, version string, paus
 	return r.store.RefreshPaused(ctx)
 }
 
-// Unarchive brings an archived execution back. If it was started with a key that another
+// Unarchive brings an archived execution back: the attempts that archiving canceled wait again,
+// unless it was canceled meanwhile, which nothing undoes. If it was started with a key that another
 // unarchived execution of its graph holds by then, it fails with ErrKeyHeld and changes nothing.
+// Its children stay archived: they ended for its map nodes when they were archived, and a map node
+// that waited for them collects them now.
 func (r *Runtime) Unarchive(ctx context.Context, id string) error {
 	if err := r.check(); err != nil {
 		return err

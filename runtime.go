@@ -360,7 +360,7 @@ func (r *Runtime) start(listen *pgx.Conn) {
 	}
 	wake := func() { root.Send(r.dispatcher, actors.Wake{}) }
 	r.listener = root.Spawn(actors.NewListener(actors.ListenerConfig{
-		First: listen,
+		First: listen, Store: r.store,
 		// A connection made again takes the id's lock again: if another process took it meanwhile,
 		// the replica halts.
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
@@ -453,8 +453,10 @@ func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 // Stop stops the replica gracefully. It stops claiming and lets the running computations finish
 // until ctx ends. It then cancels the contexts of those still running, and waits up to 5 seconds
 // for their functions to return, heartbeating them meanwhile: an attempt whose function returns
-// an error then goes back to AVAILABLE, without consuming an attempt, so that another replica
-// takes it over at once; a result returned all the same is recorded. An attempt whose function
+// an error then is released, without consuming an attempt, so that another replica takes it over
+// at once (its claim stays in the attempts' history, and in its rate window; the attempt waits
+// again as a new one would, PAUSED in a paused execution); a result returned all the same is
+// recorded. An attempt whose function
 // still runs after that stays RUNNING, and another replica takes it over once its heartbeat
 // deadline passes, as it would a crashed replica's: no two replicas ever run one attempt at once.
 // Stop then stops the actors, deletes the replica's heartbeat row (unless such an attempt is
@@ -519,7 +521,7 @@ func (r *Runtime) stop(ctx context.Context) error {
 			"timeout", onSaveTimeout)
 	}
 	r.system.Shutdown()
-	r.store.NotesSent() // the notifications of the last writes, before the pool closes
+	r.store.Stop() // the notifications of the last writes, before the pool closes
 	r.closePool()
 	r.logger.Info("journey runtime stopped")
 	return errors.Join(errs...)

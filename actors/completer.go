@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -25,17 +24,16 @@ const maxCompleterBatch = 500
 // done, once, on its own goroutine: no goroutine waits for the answer.
 type outcome struct {
 	out persistence.Outcome
-	// ctx and deadline are for a write alone, once the completer has stopped: ctx is the
-	// attempt's, whose cancellation the write ignores.
+	// ctx is for a write alone, once the completer has stopped: the attempt's, whose cancellation
+	// the write ignores; each try is bounded by writeTimeout.
 	ctx      context.Context
-	deadline time.Time
 	done     func(error)
 	answered atomic.Bool
 }
 
-// alone records o in a transaction of its own, by its deadline, and answers it.
+// alone records o in a transaction of its own, within writeTimeout, and answers it.
 func (o *outcome) alone(store *persistence.Store) {
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(o.ctx), o.deadline)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), writeTimeout)
 	defer cancel()
 	o.answer(store.RecordAlone(ctx, o.out))
 }

@@ -164,7 +164,7 @@ func TestCompleterStopRecordsWhatItLeftBehind(t *testing.T) {
 	for i, cl := range claimed {
 		replies[i] = make(chan error, 1)
 		outs[i] = &outcome{out: persistence.Outcome{C: cl, Result: json.RawMessage(`7`)}, ctx: ctx,
-			deadline: time.Now().Add(writeTimeout), done: func(err error) { replies[i] <- err }}
+			done: func(err error) { replies[i] <- err }}
 	}
 	require.True(t, c.flight.add(outs[0])) // handed, but never sent: as if dropped from the mailbox
 	require.NoError(t, system.Root.PoisonFuture(pid).Wait())

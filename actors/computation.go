@@ -20,7 +20,7 @@ import (
 	"github.com/journey-go/journey/persistence"
 )
 
-// writeTimeout bounds the transaction that records an attempt's outcome.
+// writeTimeout bounds one try of the transaction that records an attempt's outcome.
 const writeTimeout = 30 * time.Second
 
 // Outcomes of an attempt that did not end here, as ComputationFinished reports them.
@@ -89,6 +89,11 @@ type computationEnv struct {
 // claimLost tells a computation that its claim is gone or can no longer be kept.
 type claimLost struct{ reason string }
 
+// executionCanceled tells a computation that its execution was canceled: its function's context
+// is canceled, and its outcome, once it returns, ends the attempt CANCELED (its slot is held
+// until then).
+type executionCanceled struct{}
+
 // finished tells a computation that its goroutine has ended and recorded what it could.
 type finished struct{ reason string }
 
@@ -115,12 +120,22 @@ type computation struct {
 	start    time.Time
 	parent   *actor.PID // nil for a computation spawned alone, as tests do
 	returned atomic.Bool
+	// canceled is set once the execution is known canceled (executionCanceled): the function's
+	// context ends, and its outcome is recorded all the same, as the attempt's end.
+	canceled atomic.Bool
 }
 
-// tellReturned tells the dispatcher, once, that the function has returned.
+// tellReturned tells the dispatcher, once, that the function has returned, and the heartbeats,
+// which keep the attempt's deadline from then on, until its outcome is recorded.
 func (a *computation) tellReturned() {
-	if a.returned.CompareAndSwap(false, true) && a.parent != nil {
+	if !a.returned.CompareAndSwap(false, true) {
+		return
+	}
+	if a.parent != nil {
 		a.env.system.Root.Send(a.parent, functionReturned{id: a.self.Id})
+	}
+	if a.env.heartbeats != nil {
+		a.env.system.Root.Send(a.env.heartbeats, claimReturned{id: a.c.ID})
 	}
 }
 
@@ -155,6 +170,11 @@ func (a *computation) Receive(ctx actor.Context) {
 	case claimLost:
 		a.lose(msg.reason)
 		ctx.Stop(ctx.Self())
+	case executionCanceled:
+		if a.canceled.CompareAndSwap(false, true) {
+			a.log(slog.LevelInfo, "computation canceled: its execution was canceled")
+			a.cancel()
+		}
 	case *actor.Terminated:
 		if msg.Who.Equal(a.watchdog) && !a.stopping {
 			a.lose("watchdog ended")
@@ -251,9 +271,12 @@ func (a *computation) end(reason, outcome string, err error) {
 // attempt without one (the claim was lost, or the replica stops and released it).
 func (a *computation) attempt(ctx context.Context) *pendingOutcome {
 	if ctx.Err() != nil {
-		if a.lost.Load() {
+		switch {
+		case a.lost.Load():
 			a.end(OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost)
 			return nil
+		case a.canceled.Load() && a.env.base.Err() == nil:
+			return a.record(ctx, ctx.Err(), nil, nil) // ends the attempt CANCELED
 		}
 		a.end(a.release()) // the replica stops
 		return nil
@@ -317,7 +340,11 @@ func (a *computation) invoke(ctx context.Context, vals graph.Values) (result any
 // once it is recorded.
 type pendingOutcome struct {
 	outcome
-	wait   time.Duration // before the next try, if this one fails
+	wait time.Duration // before the next try, if this one fails
+	// held: the last try waited past the lock timeout for the execution, which another
+	// transaction holds: the next tries go alone, on goroutines of their own, and hold up no
+	// batch of the completer.
+	held   bool
 	reason string
 	metric string // the outcome for the metrics
 	cause  error
@@ -325,12 +352,15 @@ type pendingOutcome struct {
 
 // record returns the outcome to write. The write gets a context of its own so that a graceful
 // stop still records finished work; the fence rejects it if the claim was released or reclaimed
-// meanwhile. A failed write (the database restarting, say) is tried again until it succeeds, the
-// claim is lost, or writeTimeout passes; one that the database refuses (persistence.Refused) is
-// not.
+// meanwhile. A failed write (the database restarting, or an execution held by an application's
+// transaction, say) is tried again, however long it takes, until it succeeds or the claim is
+// lost: the actor, and its watchdog, which keeps the claim's heartbeat, live on meanwhile, so that
+// no sweep takes an attempt whose work is done for an abandoned one. The watchdog ends it if the
+// claim is lost or can no longer be kept (the database out of reach for longer than the heartbeat
+// timeout). One that the database refuses (persistence.Refused) is not tried again.
 func (a *computation) record(ctx context.Context, cause error, raw json.RawMessage, used map[string]int64) *pendingOutcome {
 	p := &pendingOutcome{wait: 50 * time.Millisecond, reason: "succeeded", metric: telemetry.OutcomeSucceeded, cause: cause}
-	p.outcome = outcome{ctx: ctx, deadline: time.Now().Add(writeTimeout),
+	p.outcome = outcome{ctx: ctx,
 		out:  persistence.Outcome{C: a.c, Err: cause, Result: raw, Used: used, Span: trace.SpanContextFromContext(ctx)},
 		done: func(err error) { a.recorded(p, err) }}
 	if cause != nil {
@@ -348,6 +378,9 @@ func (a *computation) submit(p *pendingOutcome) {
 		a.end(OutcomeDropped, telemetry.OutcomeClaimLost, persistence.ErrClaimLost)
 	case a.env.orphaned.Load():
 		a.end(OutcomeOrphaned, "", nil)
+	case p.held:
+		p.answered.Store(false) // a try again
+		go p.alone(a.env.store)
 	default:
 		p.answered.Store(false) // a try again
 		a.env.hand(&p.outcome)
@@ -379,14 +412,9 @@ func (a *computation) recorded(p *pendingOutcome, err error) {
 		a.end("recording failed: "+err.Error(), "", err)
 		return
 	}
-	left := time.Until(p.deadline)
-	if left <= 0 {
-		a.log(slog.LevelError, "recording the outcome failed for good; the sweeper will retry the attempt", "error", err)
-		a.end("recording failed: "+err.Error(), "", err)
-		return
-	}
-	wait := min(p.wait, left)
+	wait := p.wait
 	p.wait = min(2*p.wait, 2*time.Second)
+	p.held = errors.Is(err, persistence.ErrLockTimeout)
 	a.log(slog.LevelWarn, "recording the outcome failed; retrying", "error", err, "outcome", p.reason, "retry_in", wait)
 	time.AfterFunc(wait, func() { a.submit(p) })
 }

@@ -61,8 +61,8 @@ type Wake struct{}
 // it promotes before it claims (persistence.PayloadPromote).
 type Promote struct{}
 
-// CancelExecution tells the dispatcher that an execution was canceled: its computations here end
-// as a lost claim does, their contexts canceled, and write nothing.
+// CancelExecution tells the dispatcher that an execution was canceled: its computations here have
+// their contexts canceled, and end CANCELED with their outcome.
 type CancelExecution struct{ ID string }
 
 // runningAttempt is a computation actor, and its attempt's execution.
@@ -255,7 +255,7 @@ func (d *dispatcher) Receive(ctx actor.Context) {
 	case CancelExecution:
 		for _, r := range d.running {
 			if r.execution == msg.ID {
-				ctx.Send(r.pid, claimLost{reason: "execution canceled"})
+				ctx.Send(r.pid, executionCanceled{})
 			}
 		}
 	case StopClaiming:

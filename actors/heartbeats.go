@@ -25,6 +25,10 @@ type registerClaim struct {
 // unregisterClaim ends the heartbeats of a claim.
 type unregisterClaim struct{ id int64 }
 
+// claimReturned tells the heartbeats that the function of a claim has returned: its outcome waits
+// to be recorded, and its heartbeats keep its deadline too (persistence.ClaimRef.Returned).
+type claimReturned struct{ id int64 }
+
 // beatTick is the heartbeats' timer message; gen tells the current timer from replaced ones.
 type beatTick struct{ gen int }
 
@@ -34,6 +38,7 @@ type beatingClaim struct {
 	due      time.Time // when its heartbeat is to be extended next
 	lastOK   time.Time // when it was last known alive
 	failures int       // heartbeats failed in a row
+	returned bool      // its function has returned (claimReturned)
 }
 
 // heartbeats extends the heartbeat deadlines of every claim running on one replica in one
@@ -77,6 +82,10 @@ func (h *heartbeats) Receive(ctx actor.Context) {
 		h.scheduleBy(ctx, b.due)
 	case unregisterClaim:
 		delete(h.claims, msg.id)
+	case claimReturned:
+		if b := h.claims[msg.id]; b != nil {
+			b.returned = true
+		}
 	case beatTick:
 		if msg.gen != h.gen {
 			return // a replaced timer's
@@ -145,6 +154,7 @@ func (h *heartbeats) tick(ctx actor.Context) {
 	refs := make([]persistence.ClaimRef, len(batch))
 	for i, b := range batch {
 		refs[i] = b.c.Ref()
+		refs[i].Returned = b.returned
 	}
 	if hook := h.hooks.Heartbeating; hook != nil {
 		hook(refs)
@@ -178,6 +188,10 @@ func (h *heartbeats) tick(ctx actor.Context) {
 		case beat == persistence.BeatFinished:
 			// Its watchdog unregisters it as the computation stops.
 			delete(h.claims, b.c.ID)
+		case beat == persistence.BeatCanceled:
+			// Extended, and its execution canceled: a replica that missed the cancel's NOTIFY.
+			b.lastOK, b.failures, b.due = now, 0, now.Add(b.interval)
+			ctx.Send(b.watchdog, executionCanceled{})
 		default:
 			// Extended as of the statement's start, at the latest.
 			b.lastOK, b.failures, b.due = now, 0, now.Add(b.interval)

@@ -41,7 +41,10 @@ type ListenerConfig struct {
 	OnReconnect func()
 	// Listening, if set, is closed once the first LISTEN has succeeded.
 	Listening chan struct{}
-	Logger    *slog.Logger
+	// Store, if set, hears of every notification (persistence.Store.Heard): a write in an
+	// application's transaction waits for its commit, which one announces.
+	Store  *persistence.Store
+	Logger *slog.Logger
 }
 
 // listener holds the LISTEN connection in a goroutine of its own, and fans notifications out.
@@ -120,6 +123,9 @@ func (l *listener) listen(ctx context.Context) error {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
+		}
+		if l.cfg.Store != nil {
+			l.cfg.Store.Heard() // a commit of an application's transaction, maybe, that a write waits for
 		}
 		switch {
 		case n.Payload == persistence.PayloadWork:

@@ -29,7 +29,7 @@ func (w *watchdog) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		ctx.Send(w.env.heartbeats, registerClaim{c: w.c, interval: w.interval, timeout: w.timeout, watchdog: ctx.Self()})
-	case claimLost:
+	case claimLost, executionCanceled:
 		ctx.Send(ctx.Parent(), msg)
 	case *actor.Stopping:
 		ctx.Send(w.env.heartbeats, unregisterClaim{id: w.c.ID})

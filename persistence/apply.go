@@ -14,21 +14,21 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/uptrace/bun"
+
+	"github.com/journey-go/journey/persistence/machine"
 )
 
-// errNothingToDo rolls back a transaction that found its work done by someone else.
-var errNothingToDo = errors.New("nothing to do")
-
-// write runs fn on execution id, locked and loaded, in a transaction that then applies what fn
-// changed (finish); after the commit it fires the OnSave events. before, if not nil, runs first
-// in the same transaction, ahead of the lock.
+// write runs fn on execution id, locked and loaded, with the plan of its write (machine.Begin), in a
+// transaction that then applies the plan (finish); after the commit, it does what the plan leaves
+// for then (afterCommit). before, if not nil, runs first in the same transaction, ahead of the
+// lock. If fn returns an error, nothing is written; machine.ErrNothingToDo says that there was
+// nothing to write.
 func (s *Store) write(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error,
-	fn func(ctx context.Context, tx *txn, st *execState) error) error {
+	fn func(ctx context.Context, t *txn, p *machine.Plan, env machine.Env) error) error {
 	if err := CheckText("execution id", id); err != nil {
 		return err
 	}
-	var done []*execState
-	err := s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
+	return s.inTxn(ctx, s.db, func(ctx context.Context, t *txn) error {
 		if before != nil {
 			if err := t.begin(ctx); err != nil {
 				return err
@@ -37,57 +37,72 @@ func (s *Store) write(ctx context.Context, id string, before func(ctx context.Co
 				return err
 			}
 		}
-		sts, err := s.load(ctx, t, []string{id}, nil, nil)
+		xs, now, err := s.load(ctx, t, []string{id}, nil, nil)
 		if err != nil {
 			return err
 		}
-		if err := fn(ctx, t, sts[0]); err != nil {
+		env := s.env(ctx, now, xs[0].GraphKey)
+		p := machine.Begin(xs[0], env)
+		if err := fn(ctx, t, p, env); err != nil {
 			return err
 		}
-		s.mark(t, sts)
-		if err := s.finish(ctx, t, sts); err != nil {
-			return err
-		}
-		done = sts
-		return nil
+		s.mark(t, xs)
+		return s.finish(ctx, t, []*machine.Plan{p}, false)
 	})
-	if err != nil {
-		return err
-	}
-	s.committed(ctx, done)
-	return nil
 }
 
-// committed follows the commit of a write: it logs what the rules asked, fires the OnSave
-// events, and promotes what the write could not because the promotion lock was busy.
-func (s *Store) committed(ctx context.Context, sts []*execState) {
-	later := false
-	for _, st := range sts {
-		for _, w := range st.warnings {
-			s.logger.Error(w.msg, w.args...)
+// event runs ev on execution id (see write).
+func (s *Store) event(ctx context.Context, id string, before func(ctx context.Context, tx bun.IDB) error, ev machine.Event) error {
+	return s.write(ctx, id, before, func(_ context.Context, _ *txn, p *machine.Plan, env machine.Env) error { return p.Step(ev, env) })
+}
+
+// afterCommit follows the commit of t, whose plans were ps: it logs what the rules asked, fires the
+// OnSave events, promotes what the write could not because the promotion lock was busy, wakes the
+// map nodes whose children have all ended, and carries the plans' cascades to the children. A
+// failure of the last two is logged: the sweep does what they could not (see Store.repair).
+func (s *Store) afterCommit(ctx context.Context, t *txn) {
+	for _, p := range t.plans {
+		for _, w := range p.Warnings() {
+			s.logger.Error(w.Msg, w.Args...)
 		}
-		s.fireSaved(st)
-		later = later || st.promoteLater
+		s.fireSaved(p)
 	}
-	if later {
+	if t.promoteLater {
 		s.promoteAfterCommit(ctx)
 	}
+	s.advanceDeferred(ctx, t.deferred)
+	for _, m := range t.wakes {
+		if err := s.wake(ctx, m); err != nil {
+			s.logger.Warn("waking a map node whose children have ended failed; the sweep wakes it", "execution_id", m.ID,
+				"node", m.Node, "error", err)
+		}
+	}
+	for _, p := range t.plans {
+		if c := p.Cascade(); c.Any() {
+			if _, err := s.cascade(ctx, p.Exec().ID, c); err != nil {
+				s.logger.Warn("carrying a change of a parent to its children failed; the sweep carries it", "execution_id",
+					p.Exec().ID, "error", err)
+			}
+		}
+	}
 }
 
-// finish applies what the writes of sts changed: it claims for this replica what they made
-// ready, as far as its dispatcher has room, claims their events, writes their node rows, the
-// values and attempts they replaced, and their executions' cold columns, promotes what they made
-// due, and queues the notifications. The statements go with the COMMIT, one per table for all of
-// sts, but for a write that promotes gated work, whose node rows go first: the promotion reads
-// them. The caller commits and then calls committed.
-func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
+// finish applies the plans ps of t: it claims for this replica what they made ready, if claims is
+// set and its dispatcher has room, and queues the statements that claim their events, write their
+// node rows, the values and attempts they replaced, their executions' cold columns and their
+// children's ends, promotes what they made due, and queues the notifications. The statements go
+// with the COMMIT, one per table for all of ps, but for a write that promotes gated work, whose
+// node rows go first: the promotion reads them. The caller commits, and afterCommit follows.
+func (s *Store) finish(ctx context.Context, t *txn, ps []*machine.Plan, claims bool) error {
 	promote := false
-	for _, st := range sts {
-		s.claimLocally(t, st)
-		st.claimCompletion()
-		promote = promote || st.promote
+	for _, p := range ps {
+		if claims {
+			s.claimLocally(t, p)
+		}
+		promote = promote || p.Promote()
 	}
-	steps := s.applySteps(t, sts)
+	t.plans = append(t.plans, ps...)
+	steps := s.applySteps(t, ps)
 	work := false
 	if promote && t.caller {
 		t.notes = append(t.notes, PayloadPromote) // see inCaller
@@ -98,26 +113,38 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 			return err
 		}
 		steps = nil
-		n, err := s.promoteGated(ctx, t, sts[0].now, false)
+		promoted, err := s.promoteGated(ctx, t, ps[0].Now(), false)
 		switch {
 		case errors.Is(err, errPromotionBusy):
-			sts[0].promoteLater = !sts[0].promoteByCaller
+			t.promoteLater = !ps[0].PromoteByCaller()
 		case err != nil:
 			return err
 		}
-		work = n > 0
+		work = len(promoted) > 0
+		byID := make(map[string]*machine.Plan, len(ps))
+		for _, p := range ps {
+			byID[p.Exec().ID] = p
+		}
+		for _, r := range promoted {
+			if p := byID[r.ExecutionID]; p != nil {
+				p.Promoted(r.Node, r.Rev) // the write's own: its revision is the execution's after the promotion
+			}
+		}
 	}
 	var changed []string
-	for _, st := range sts {
-		work = work || st.work || st.leftAvailable()
+	for _, p := range ps {
+		work = work || p.Work() || p.LeftAvailable()
+		if p.Canceled() {
+			t.notes = append(t.notes, PayloadCancel+p.Exec().ID)
+		}
 		switch {
-		case st.changed && st.revision != st.exec.Revision:
-			changed = append(changed, st.exec.ID+"@"+strconv.FormatInt(st.revision, 10))
+		case p.Changed() && p.Revision() != p.Loaded().Exec.Revision:
+			changed = append(changed, p.Exec().ID+"@"+strconv.FormatInt(p.Revision(), 10))
 			if s.handoff != nil && !t.caller {
-				t.handing = append(t.handing, st)
+				t.handing = append(t.handing, p)
 			}
-		case st.changed:
-			changed = append(changed, st.exec.ID)
+		case p.Changed():
+			changed = append(changed, p.Exec().ID)
 		}
 	}
 	t.notes = append(t.notes, s.payloads(work, changed)...)
@@ -125,77 +152,63 @@ func (s *Store) finish(ctx context.Context, t *txn, sts []*execState) error {
 	return nil
 }
 
-// leftAvailable reports whether the execution has an AVAILABLE attempt after the write: a claim
-// that ran while the write held the execution's row skipped it, and waits for the write's
-// NOTIFY, which must then announce work, though the write made none. A sibling's completion is
-// such a write: without it, attempts beyond the free workers waited for the poll.
-func (st *execState) leftAvailable() bool {
-	for _, c := range st.latest {
-		if c.State == StateAvailable {
-			return true
-		}
-	}
-	return false
-}
-
-// applySteps are the statements that write what the writes of sts changed: their node rows,
-// inserted and updated, the values and attempts they replaced, their executions' cold columns,
-// and the events they claim. A part with nothing to write sends nothing.
-func (s *Store) applySteps(t *txn, sts []*execState) []step {
+// applySteps are the statements that write what the plans ps changed: their node rows, inserted
+// and updated, the values and attempts they replaced, their executions' cold columns, the events
+// they claim and the children's ends they count. A part with nothing to write sends nothing.
+func (s *Store) applySteps(t *txn, ps []*machine.Plan) []step {
 	var ins, upd, outcome nodeWrites
 	var hist historyWrites
 	var superseded []*Computation
 	var cold coldWrites
 	var events eventWrites
+	var ends endWrites
 	// The rows to insert, to write an outcome to, and to update, gathered first so that each
 	// kind's columns are made at their size at once.
 	type nodeWrite struct {
-		st   *execState
-		node string
-		rev  int64
+		p *machine.Plan
+		w machine.NodeWrite
 	}
 	var rows [3][]nodeWrite
-	for _, st := range sts {
-		top := st.exec.Revision // the greatest revision a row carries
-		for _, node := range st.changedNodes() {
-			m := st.marks[node]
-			top = max(top, m.rev)
+	for _, p := range ps {
+		for _, w := range p.Writes() {
 			kind := 2
 			switch {
-			case m.row == nil:
+			case w.Insert:
 				kind = 0
-			case st.keepsAttempt(node):
+			case w.Outcome:
 				kind = 1
 			}
-			rows[kind] = append(rows[kind], nodeWrite{st, node, m.rev})
+			rows[kind] = append(rows[kind], nodeWrite{p, w})
 		}
-		for _, h := range st.history {
-			hist.add(st, h)
+		for _, h := range p.History() {
+			hist.add(p, h)
 		}
-		superseded = append(superseded, st.superseded...)
-		wake := st.nextWake()
-		if st.cold || st.revision > top || !sameTime(wake, st.exec.WakeAt) {
-			cold.add(st, wake)
+		superseded = append(superseded, p.Superseded()...)
+		if p.Cold() {
+			cold.add(p)
 		}
-		for _, e := range st.events {
-			events.add(st, e)
+		for _, e := range p.Events() {
+			events.add(p, e)
+		}
+		if d := p.EndDelta(); d != 0 {
+			ends.add(p.Exec().Parent, d)
 		}
 	}
 	for kind, w := range [...]*nodeWrites{&ins, &outcome, &upd} {
 		w.reserve(len(rows[kind]))
 		for _, r := range rows[kind] {
-			w.add(r.st, r.node, r.rev)
+			w.add(r.p, r.w)
 		}
 	}
 	var steps []step
 	if len(ins.ids) > 0 {
-		steps = append(steps, s.nodeStep(s.q(nodeInsertQuery), &ins, sts))
+		steps = append(steps, s.nodeStep(s.q(nodeInsertQuery), &ins))
 	}
 	if len(upd.ids) > 0 {
-		steps = append(steps, s.nodeStep(s.form(nodeUpdateQuery), &upd, sts))
+		steps = append(steps, s.nodeStep(s.form(nodeUpdateQuery), &upd))
 	}
 	if len(outcome.ids) > 0 {
-		st := s.nodeStep(s.form(nodeOutcomeQuery), &outcome, sts)
+		st := s.nodeStep(s.form(nodeOutcomeQuery), &outcome)
 		st.args = outcome.outcomeArgs()
 		steps = append(steps, st)
 	}
@@ -210,6 +223,9 @@ func (s *Store) applySteps(t *txn, sts []*execState) []step {
 	}
 	if len(events.ids) > 0 {
 		steps = append(steps, s.eventsStep(t, &events))
+	}
+	if len(ends.parents) > 0 {
+		steps = append(steps, s.endsStep(t, &ends))
 	}
 	return steps
 }
@@ -236,7 +252,7 @@ type nodeWrites struct {
 	createdAts, finishedAts, availableAts  column[pgtype.Timestamptz]
 	traceparents, rateKeys                 column[pgtype.Text]
 	claimHere                              column[pgtype.Bool]
-	states_                                []*execState // the state of each row, for what the statement returns
+	plans                                  []*machine.Plan // the plan of each row, for what the statement returns
 }
 
 // reserve makes room for n rows, in an allocation a column type: the columns of one type share
@@ -245,7 +261,7 @@ func (w *nodeWrites) reserve(n int) {
 	if n == 0 {
 		return
 	}
-	w.claimHere, w.states_ = make(column[pgtype.Bool], 0, n), make([]*execState, 0, n)
+	w.claimHere, w.plans = make(column[pgtype.Bool], 0, n), make([]*machine.Plan, 0, n)
 	share(n, &w.lanes, &w.revs, &w.hseqs, &w.valueRevs, &w.attemptIDs, &w.attempts, &w.maxAttempts, &w.abandons, &w.beats,
 		&w.maxParallels)
 	share(n, &w.ids, &w.nodes, &w.keys, &w.values, &w.metas, &w.states, &w.replicas, &w.tokens, &w.sigs, &w.errs, &w.ckeys,
@@ -262,13 +278,14 @@ func share[T any](n int, columns ...*column[T]) {
 	}
 }
 
-// add adds node of st, whose row changed last at revision rev.
-func (w *nodeWrites) add(st *execState, node string, rev int64) {
-	w.lanes, w.ids, w.nodes = append(w.lanes, pgInt(int64(st.exec.Lane))), append(w.ids, pgText(st.exec.ID)), append(w.nodes, pgText(node))
-	w.keys = append(w.keys, pgText(st.graphKey()))
-	w.revs, w.changedAts = append(w.revs, pgInt(rev)), append(w.changedAts, pgTime(st.now))
-	w.states_ = append(w.states_, st)
-	if v, ok := st.values[node]; ok {
+// add adds the row nw of plan p.
+func (w *nodeWrites) add(p *machine.Plan, nw machine.NodeWrite) {
+	e := p.Exec()
+	w.lanes, w.ids, w.nodes = append(w.lanes, pgInt(int64(e.Lane))), append(w.ids, pgText(e.ID)), append(w.nodes, pgText(nw.Node))
+	w.keys = append(w.keys, pgText(p.GraphKey()))
+	w.revs, w.changedAts = append(w.revs, pgInt(nw.Rev)), append(w.changedAts, pgTime(p.Now()))
+	w.plans = append(w.plans, p)
+	if v := nw.Value; v != nil {
 		meta := pgtype.Text{String: string(v.Metadata), Valid: len(v.Metadata) > 0}
 		w.values, w.metas = append(w.values, pgText(string(v.Raw))), append(w.metas, meta)
 		w.valueRevs, w.setAts = append(w.valueRevs, pgInt(v.Revision)), append(w.setAts, pgTime(v.SetAt))
@@ -276,8 +293,8 @@ func (w *nodeWrites) add(st *execState, node string, rev int64) {
 		w.values, w.metas = append(w.values, pgtype.Text{}), append(w.metas, pgtype.Text{})
 		w.valueRevs, w.setAts = append(w.valueRevs, pgtype.Int8{}), append(w.setAts, pgtype.Timestamptz{})
 	}
-	w.hseqs = append(w.hseqs, pgInt(st.marks[node].hseq))
-	c := st.latest[node]
+	w.hseqs = append(w.hseqs, pgInt(nw.Hseq))
+	c := nw.Attempt
 	if c == nil {
 		var text pgtype.Text
 		var n pgtype.Int8
@@ -300,7 +317,7 @@ func (w *nodeWrites) add(st *execState, node string, rev int64) {
 	w.ckeys, w.maxParallels, w.createdAts = append(w.ckeys, pgTextAt(c.ConcurrencyKey)), append(w.maxParallels, pgIntOf(c.MaxParallel)), append(w.createdAts, pgTime(c.CreatedAt))
 	w.finishedAts, w.availableAts, w.traceparents = append(w.finishedAts, pgTimeAt(c.FinishedAt)), append(w.availableAts, pgTimeAt(c.AvailableAt)), append(w.traceparents, pgTextAt(c.Traceparent))
 	w.rateKeys = append(w.rateKeys, pgTextAt(c.RateKey))
-	w.claimHere = append(w.claimHere, pgtype.Bool{Bool: slices.Contains(st.claimed, c), Valid: true})
+	w.claimHere = append(w.claimHere, pgtype.Bool{Bool: nw.Claimed, Valid: true})
 }
 
 // args are the arguments of nodeInsertQuery and nodeUpdateQuery, at time now (nil: the
@@ -388,9 +405,9 @@ var nodeSet = func() string {
 	return strings.TrimSuffix(b.String(), ", ")
 }()
 
-// nodeStep is the statement query of the node writes w, which reads back, into the states, the
+// nodeStep is the statement query of the node writes w, which reads back, into the plans, the
 // values as PostgreSQL keeps them (the same JSON, spelled its own way) and the claims' times.
-func (s *Store) nodeStep(query string, w *nodeWrites, sts []*execState) step {
+func (s *Store) nodeStep(query string, w *nodeWrites) step {
 	return step{query, w.args(s.clock.NowOrNil()), func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
@@ -409,17 +426,14 @@ func (s *Store) nodeStep(query string, w *nodeWrites, sts []*execState) step {
 		if err != nil {
 			return fmt.Errorf("writing %d node row(s): %w", len(w.ids), err)
 		}
-		byID := make(map[string]*execState, len(sts))
-		for _, st := range sts {
-			byID[st.exec.ID] = st
+		byID := make(map[string]*machine.Plan, len(w.plans))
+		for _, p := range w.plans {
+			byID[p.Exec().ID] = p
 		}
 		for _, r := range got {
-			st := byID[r.ExecutionID]
-			if v, ok := st.values[r.Node]; ok && r.Value != nil {
-				v.Raw = r.Value
-				st.values[r.Node] = v
-			}
-			if c := st.latest[r.Node]; c != nil && slices.Contains(st.claimed, c) {
+			p := byID[r.ExecutionID]
+			p.SetStored(r.Node, r.Value)
+			if c := p.Latest(r.Node); c != nil && slices.Contains(p.Claimed(), c) {
 				c.ClaimedAt, c.Deadline = timeOf(&r.ClaimedAt), timeOf(&r.Deadline)
 				c.HeartbeatDeadline, c.LastHeartbeatAt = timeOf(&r.HeartbeatDeadline), timeOf(&r.LastHeartbeatAt)
 			}
@@ -437,7 +451,7 @@ type historyWrites struct {
 	changedAts    []time.Time
 }
 
-func (w *historyWrites) add(st *execState, h historyRow) {
+func (w *historyWrites) add(p *machine.Plan, h machine.HistoryRow) {
 	var value, meta *string
 	if h.Value != nil {
 		v := string(h.Value)
@@ -447,7 +461,7 @@ func (w *historyWrites) add(st *execState, h historyRow) {
 		m := string(h.Metadata)
 		meta = &m
 	}
-	w.lanes, w.ids, w.nodes = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.nodes, h.Node)
+	w.lanes, w.ids, w.nodes = append(w.lanes, p.Exec().Lane), append(w.ids, p.Exec().ID), append(w.nodes, h.Node)
 	w.values, w.metas, w.revs = append(w.values, value), append(w.metas, meta), append(w.revs, h.Revision)
 	w.hseqs, w.changedAts = append(w.hseqs, h.Hseq), append(w.changedAts, h.ChangedAt)
 }
@@ -503,8 +517,8 @@ func attemptColumnsOf(cs []*Computation) []any {
 		traceparents, rateKeys}
 }
 
-// coldWrites are the executions rows to write: archived_at, failure_phase and wake_at, and the
-// revision of a change that no node row carries (archiving).
+// coldWrites are the executions rows to write: archived_at, failure_phase, wake_at, canceled_at,
+// paused_at and ended_at, and the revision of a change that no node row carries (archiving).
 type coldWrites struct {
 	lanes    []int16
 	ids      []string
@@ -515,36 +529,30 @@ type coldWrites struct {
 	canceled []*time.Time
 	reasons  []*string
 	paused   []*time.Time
+	ended    []*time.Time
 }
 
-func (w *coldWrites) add(st *execState, wake *time.Time) {
-	w.lanes, w.ids, w.revs = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.revs, st.revision)
-	w.archived, w.phases, w.wakes = append(w.archived, st.exec.ArchivedAt), append(w.phases, st.exec.FailurePhase), append(w.wakes, wake)
-	w.canceled, w.reasons = append(w.canceled, st.exec.CanceledAt), append(w.reasons, st.exec.CancelReason)
-	w.paused = append(w.paused, st.exec.PausedAt)
+func (w *coldWrites) add(p *machine.Plan) {
+	e := p.Exec()
+	w.lanes, w.ids, w.revs = append(w.lanes, e.Lane), append(w.ids, e.ID), append(w.revs, p.Revision())
+	w.archived, w.phases, w.wakes = append(w.archived, e.ArchivedAt), append(w.phases, e.FailurePhase), append(w.wakes, p.Wake())
+	w.canceled, w.reasons = append(w.canceled, e.CanceledAt), append(w.reasons, e.CancelReason)
+	w.paused, w.ended = append(w.paused, e.PausedAt), append(w.ended, e.EndedAt)
 }
 
 func (w *coldWrites) args(now any) []any {
-	return []any{w.lanes, w.ids, w.revs, w.archived, w.phases, w.wakes, now, w.canceled, w.reasons, w.paused}
+	return []any{w.lanes, w.ids, w.revs, w.archived, w.phases, w.wakes, now, w.canceled, w.reasons, w.paused, w.ended}
 }
 
 // coldUpdateQuery writes the executions' cold columns.
 var coldUpdateQuery = pinLanes(`UPDATE {s}.executions e
 	SET revision = r.revision, updated_at = coalesce($7::timestamptz, now()), archived_at = r.archived_at,
 		failure_phase = r.failure_phase, wake_at = r.wake_at, canceled_at = r.canceled_at, cancel_reason = r.cancel_reason,
-		paused_at = r.paused_at
+		paused_at = r.paused_at, ended_at = r.ended_at
 	FROM unnest($1::smallint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::int[], $6::timestamptz[], $8::timestamptz[], $9::text[],
-			$10::timestamptz[])
-		AS r(lane, id, revision, archived_at, failure_phase, wake_at, canceled_at, cancel_reason, paused_at)
+			$10::timestamptz[], $11::timestamptz[])
+		AS r(lane, id, revision, archived_at, failure_phase, wake_at, canceled_at, cancel_reason, paused_at, ended_at)
 	WHERE e.lane = r.lane AND e.id = r.id{pin}`, "e")
-
-// eventClaim is a lifecycle event that a write claims: the failure of a phase, or the
-// completion; a failure keeps the nodes that had failed, as JSON.
-type eventClaim struct {
-	Event       string
-	Phase       int
-	FailedNodes string
-}
 
 // eventWrites are the event claims to write.
 type eventWrites struct {
@@ -552,29 +560,13 @@ type eventWrites struct {
 	ids, events, keys, failedNodes []string
 	phases                         []int
 	at                             []time.Time
-	// ends are the events that end a child execution (completed, failed, canceled), by their
-	// idempotency keys, each with its parent's map node: a claim of one counts the child's end in
-	// the node's progress (see reportsQuery).
-	ends endWrites
 }
 
-// endWrites are the ends of child executions, for reportsQuery.
-type endWrites struct {
-	keys, parents, nodes []string
-	lanes                []int16
-	gens                 []int64
-}
-
-func (w *eventWrites) add(st *execState, e eventClaim) {
-	key := fmt.Sprintf("%s:%s:%d", st.exec.ID, e.Event, e.Phase)
-	w.lanes, w.ids, w.events = append(w.lanes, st.exec.Lane), append(w.ids, st.exec.ID), append(w.events, e.Event)
+func (w *eventWrites) add(p *machine.Plan, e machine.EventClaim) {
+	key := fmt.Sprintf("%s:%s:%d", p.Exec().ID, e.Event, e.Phase)
+	w.lanes, w.ids, w.events = append(w.lanes, p.Exec().Lane), append(w.ids, p.Exec().ID), append(w.events, e.Event)
 	w.keys = append(w.keys, key)
-	w.failedNodes, w.phases, w.at = append(w.failedNodes, e.FailedNodes), append(w.phases, e.Phase), append(w.at, st.now)
-	if p := st.exec.Parent; p != nil && (e.Event == EventCompleted || e.Event == EventFailed || e.Event == EventCanceled) {
-		r := &w.ends
-		r.keys, r.parents, r.nodes = append(r.keys, key), append(r.parents, p.ID), append(r.nodes, p.Node)
-		r.lanes, r.gens = append(r.lanes, LaneOf(p.ID)), append(r.gens, p.Gen)
-	}
+	w.failedNodes, w.phases, w.at = append(w.failedNodes, e.FailedNodes), append(w.phases, e.Phase), append(w.at, p.Now())
 }
 
 // eventsStep is the statement that claims the events of w, each once per phase whichever
@@ -583,22 +575,14 @@ func (w *eventWrites) add(st *execState, e eventClaim) {
 // any, the write announces them (PayloadNotice) once committed.
 func (s *Store) eventsStep(t *txn, w *eventWrites) step {
 	args := []any{w.lanes, w.ids, w.events, w.phases, w.keys, w.at, w.failedNodes, s.routes}
-	query := eventsQuery + eventsTail
-	if len(w.ends.keys) > 0 {
-		query = reportsQuery
-		args = append(args, w.ends.keys, w.ends.lanes, w.ends.parents, w.ends.nodes, w.ends.gens)
-	}
-	return step{s.q(query), args,
+	return step{s.q(eventsQuery), args,
 		func(br pgx.BatchResults) error {
-			var queued, woken int
-			if err := br.QueryRow().Scan(&queued, &woken); err != nil {
+			var queued int
+			if err := br.QueryRow().Scan(&queued); err != nil {
 				return fmt.Errorf("claiming %d event(s): %w", len(w.ids), err)
 			}
 			if queued > 0 {
 				t.notes = append(t.notes, PayloadNotice)
-			}
-			if woken > 0 {
-				t.notes = append(t.notes, PayloadWork)
 			}
 			return nil
 		}}
@@ -607,7 +591,7 @@ func (s *Store) eventsStep(t *txn, w *eventWrites) step {
 // eventsQuery claims events, each once per phase whichever replicas race, and writes the
 // deliveries of those it claims to the outbox: one per target that any replica lists for the
 // event in replica_heartbeats, or that this one can make. It returns how many deliveries it
-// queued, and 0 map nodes woken (see reportsQuery).
+// queued.
 const eventsQuery = `WITH c AS (
 			INSERT INTO {s}.notification_claims (lane, execution_id, event, phase, idempotency_key, claimed_at, failed_nodes)
 			SELECT lane, execution_id, event, phase, idempotency_key, claimed_at, nullif(failed_nodes, '')::jsonb
@@ -620,31 +604,60 @@ const eventsQuery = `WITH c AS (
 			FROM c, (SELECT unnest(targets) AS route FROM {s}.replica_heartbeats UNION SELECT unnest($8::text[])) AS r
 			WHERE starts_with(r.route, c.event || ' ')
 			ORDER BY c.idempotency_key, r.route
-			RETURNING 1)`
+			RETURNING 1)
+		SELECT count(*) FROM d`
 
-// eventsTail ends eventsQuery.
-const eventsTail = `
-		SELECT (SELECT count(*) FROM d), 0`
+// endWrites are the changes in the count of the ended children of map nodes that the plans of a
+// write make (machine.Plan.EndDelta): each child's, with its parent's map node and generation.
+type endWrites struct {
+	parents, nodes []string
+	lanes          []int16
+	gens           []int64
+	deltas         []int
+}
 
-// reportsQuery is eventsQuery, which also counts the end of each child execution that it claims,
-// once, in its parent's map node's progress ($9 to $13: the claims' keys, and the parents' lanes,
-// ids, nodes and generations): a claim that another write made first counts nothing, and a child
-// of a generation that the node has left behind (recomputed since) counts nothing either. The
-// last end of a generation makes the node, if it waits, AVAILABLE, to collect the results; it
-// returns how many it woke. The child's transaction holds its own execution's lock, then the
-// progress row's, then the node row's: the node's writers, which hold the parent's lock, never
-// wait for a child's. The parents' lanes are named, for Citus to send the updates to their shards
-// alone.
-var reportsQuery = eventsQuery + `,
-		r AS (SELECT e.lane, e.parent, e.node, e.gen, count(*) AS n
-			FROM c JOIN unnest($9::text[], $10::smallint[], $11::text[], $12::text[], $13::bigint[]) AS e(key, lane, parent, node, gen)
-				ON e.key = c.idempotency_key
-			GROUP BY e.lane, e.parent, e.node, e.gen),
-		p AS (UPDATE {s}.map_progress m SET done = m.done + r.n FROM r
-			WHERE m.lane = ANY($10::smallint[]) AND m.lane = r.lane AND m.execution_id = r.parent AND m.node = r.node AND m.gen = r.gen
-			RETURNING m.lane, m.execution_id, m.node, m.done >= m.total AS full),
-		w AS (` + wakeMaps("(SELECT coalesce(min(at), now()) AS now FROM unnest($6::timestamptz[]) AS at)", "ANY($10::smallint[])") + `)
-		SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM w)`
+func (w *endWrites) add(p *machine.Parent, delta int) {
+	w.parents, w.nodes, w.lanes = append(w.parents, p.ID), append(w.nodes, p.Node), append(w.lanes, LaneOf(p.ID))
+	w.gens, w.deltas = append(w.gens, p.Gen), append(w.deltas, delta)
+}
+
+// endsStep is the statement that counts the children's ends of w in their map nodes' progress,
+// in the transaction of the children's changes: a generation that the node has left behind
+// (computed again since) counts nothing. Each map node whose children have then all ended is woken
+// once the write has committed (see wake): the child's transaction holds its own execution's lock,
+// then the progress row's, and never its parent's, which the node's writers hold. The parents'
+// lanes are named, for Citus to send the updates to their shards alone.
+func (s *Store) endsStep(t *txn, w *endWrites) step {
+	return step{s.q(`UPDATE {s}.map_progress m SET done = m.done + d.delta
+		FROM (SELECT lane, parent, node, gen, sum(delta) AS delta
+			FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[], $5::int[]) AS d(lane, parent, node, gen, delta)
+			GROUP BY lane, parent, node, gen) d
+		WHERE m.lane = ANY($1::smallint[]) AND m.lane = d.lane AND m.execution_id = d.parent AND m.node = d.node AND m.gen = d.gen
+		RETURNING m.execution_id, m.node, m.done >= m.total AS full`), []any{w.lanes, w.parents, w.nodes, w.gens, w.deltas},
+		func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err != nil {
+				return fmt.Errorf("counting the ends of %d child(ren): %w", len(w.parents), err)
+			}
+			counted, err := scanAll[mapRef](rows)
+			if err != nil {
+				return fmt.Errorf("counting the ends of %d child(ren): %w", len(w.parents), err)
+			}
+			for _, m := range counted {
+				if m.Full {
+					t.wakes = append(t.wakes, *m)
+				}
+			}
+			return nil
+		}}
+}
+
+// mapRef is a map node of an execution, as endsStep reads it back.
+type mapRef struct {
+	ID   string `db:"execution_id" bun:"execution_id"`
+	Node string `db:"node" bun:"node"`
+	Full bool   `db:"full" bun:"full"`
+}
 
 // maxPayload is the longest NOTIFY payload sent: PostgreSQL's limit is 8000 bytes.
 const maxPayload = 7900
@@ -673,12 +686,12 @@ func (s *Store) payloads(work bool, changed []string) []string {
 	return payloads
 }
 
-// fireSaved hands the OnSave events of a committed transaction to the runtime.
-func (s *Store) fireSaved(st *execState) {
-	if s.onSave == nil || st == nil {
+// fireSaved hands the OnSave events of a committed plan to the runtime.
+func (s *Store) fireSaved(p *machine.Plan) {
+	if s.onSave == nil {
 		return
 	}
-	for _, e := range st.saved {
-		s.onSave(st.g, e)
+	for _, e := range p.Saved() {
+		s.onSave(p.Graph(), e)
 	}
 }

@@ -18,7 +18,12 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/persistence/machine"
 )
+
+// claimable is the claim's predicate, from the table of states (machine.Claimable), on a node row n
+// of an execution e.
+var claimable = machine.Claimable.SQL("n", "e", "")
 
 // attemptColumns selects, from a node row n, its current attempt as the columns of Computation.
 var attemptColumns = func() string {
@@ -98,7 +103,7 @@ func (s *Store) Claim(ctx context.Context, replicaID string, limit int) ([]*Comp
 			CROSS JOIN LATERAL (
 				SELECT n.lane, n.execution_id, n.node, n.run_at, n.attempt_id
 				FROM {s}.nodes n JOIN {s}.executions e ON e.lane = n.lane AND e.id = n.execution_id
-				WHERE n.state = 'AVAILABLE' AND n.graph_key = k.graph_key AND e.archived_at IS NULL` + pin + `
+				WHERE ` + claimable + ` AND n.graph_key = k.graph_key` + pin + `
 				ORDER BY n.run_at, n.attempt_id LIMIT ` + strconv.Itoa(window) + `
 				FOR UPDATE OF n, e SKIP LOCKED) l
 			ORDER BY l.run_at, l.attempt_id LIMIT $2`)
@@ -204,18 +209,6 @@ func (v *claimedValue) value() graph.Value {
 	return graph.Value{Raw: v.Value, Revision: v.ValueRev.Int64, SetAt: v.SetAt.Time, Metadata: meta, Failed: v.Failed, Error: v.Error.String}
 }
 
-// ClaimedValues returns the values of the execution of a computation returned by Claim, as they
-// were when it was claimed: a map of its own, which the caller may change. It is called once a
-// claim: the map of a computation claimed alone in its execution is handed over, not copied.
-func (c *Computation) ClaimedValues() graph.Values {
-	if c.claimedOwn {
-		vals := c.claimed
-		c.claimed, c.claimedOwn = nil, false
-		return vals
-	}
-	return maps.Clone(c.claimed)
-}
-
 // shareClaimed gives each of cs the values of its execution, from byID: a computation alone in
 // its execution owns them.
 func shareClaimed(cs []*Computation, byID func(*Computation) graph.Values) {
@@ -224,31 +217,18 @@ func shareClaimed(cs []*Computation, byID func(*Computation) graph.Values) {
 		n[c.ExecutionID]++
 	}
 	for _, c := range cs {
-		c.claimed, c.claimedOwn = byID(c), n[c.ExecutionID] == 1
+		c.SetClaimedValues(byID(c), n[c.ExecutionID] == 1)
 	}
-}
-
-// ClaimRef identifies a claim for a fenced write: the node row of the attempt, and its token.
-type ClaimRef struct {
-	ID          int64 // the attempt's
-	Lane        int16
-	ExecutionID string
-	Node        string
-	Token       string
-}
-
-// Ref returns the claim reference of a claimed computation.
-func (c *Computation) Ref() ClaimRef {
-	return ClaimRef{ID: c.ID, Lane: c.Lane, ExecutionID: c.ExecutionID, Node: c.Node, Token: deref(c.ClaimToken)}
 }
 
 // refColumns returns the columns of refs.
-func refColumns(refs []ClaimRef) (lanes []int16, ids, nodes, tokens []string) {
+func refColumns(refs []ClaimRef) (lanes []int16, ids, nodes, tokens []string, returned []bool) {
 	lanes, ids, nodes, tokens = make([]int16, len(refs)), make([]string, len(refs)), make([]string, len(refs)), make([]string, len(refs))
+	returned = make([]bool, len(refs))
 	for i, r := range refs {
-		lanes[i], ids[i], nodes[i], tokens[i] = r.Lane, r.ExecutionID, r.Node, r.Token
+		lanes[i], ids[i], nodes[i], tokens[i], returned[i] = r.Lane, r.ExecutionID, r.Node, r.Token, r.Returned
 	}
-	return lanes, ids, nodes, tokens
+	return lanes, ids, nodes, tokens, returned
 }
 
 // Beat is the outcome of one claim's heartbeat.
@@ -266,12 +246,17 @@ const (
 	// BeatFinished: the claim's own outcome was recorded (SUCCESS or FAILED) while the heartbeat
 	// ran: there is nothing left to extend, and nothing to cancel.
 	BeatFinished
+	// BeatCanceled: the heartbeat deadline was extended, and the claim's execution is canceled:
+	// its function is to stop, and its outcome ends the attempt CANCELED.
+	BeatCanceled
 )
 
 // Heartbeat extends the heartbeat deadlines of the given claims of replicaID, in one statement.
 // It never waits for a row lock, so a batch is never held up by one computation whose completion
 // holds its row, and two batches can never deadlock. It returns the outcome of each claim by id.
-// It changes no indexed column: its updates are HOT. It finds each row by its key: its state and
+// A claim whose function has returned (ClaimRef.Returned) keeps its deadline as well: its outcome
+// waits to be recorded (behind an application's transaction that holds its execution, say), and
+// no sweep may abandon work that is done. It changes no indexed column: its updates are HOT. It finds each row by its key: its state and
 // replica are tested with IS NOT DISTINCT FROM, which no index answers, so that no plan reads
 // every running attempt through nodes_running_replica_idx instead (on statistics of a few
 // running rows, that is the cheaper plan, and it stays cached as they grow).
@@ -279,31 +264,37 @@ func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef
 	if s.citus { // a statement a lane
 		refs = slices.SortedStableFunc(slices.Values(refs), func(a, b ClaimRef) int { return cmp.Compare(a.Lane, b.Lane) })
 	}
-	lanes, ids, nodes, tokens := refColumns(refs)
+	lanes, ids, nodes, tokens, returned := refColumns(refs)
 	type beat struct {
-		ID    int64  `db:"id"`
-		State string `db:"state"`
-		Alive bool   `db:"alive"`
+		ID       int64  `db:"id"`
+		State    string `db:"state"`
+		Alive    bool   `db:"alive"`
+		Canceled bool   `db:"canceled"`
 	}
 	var beats []*beat
 	err := withPgx(ctx, s.heartbeatDB(), func(pg *pgx.Conn) error {
 		for i, j := 0, 0; i < len(lanes); i = j {
 			j = s.runEnd(lanes, i)
 			rows, err := pg.Query(ctx, s.q(`WITH t AS (SELECT coalesce($6::timestamptz, now()) AS now),
-			r AS (SELECT lane, execution_id, node, token FROM unnest($1::smallint[], $2::text[], $3::text[], $4::uuid[]) AS r(lane, execution_id, node, token)),
-			held AS (SELECT n.lane, n.execution_id, n.node FROM {s}.nodes n JOIN r
+			r AS (SELECT lane, execution_id, node, token, returned
+				FROM unnest($1::smallint[], $2::text[], $3::text[], $4::uuid[], $7::boolean[]) AS r(lane, execution_id, node, token, returned)),
+			held AS (SELECT n.lane, n.execution_id, n.node, r.returned FROM {s}.nodes n JOIN r
 					ON n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token
 				WHERE n.state IS NOT DISTINCT FROM 'RUNNING' AND n.replica_id IS NOT DISTINCT FROM $5`+s.pinned("n", "$1")+`
 				ORDER BY n.lane, n.execution_id, n.node FOR UPDATE OF n SKIP LOCKED),
 			beat AS (UPDATE {s}.nodes n
-				SET heartbeat_deadline = t.now + n.heartbeat_timeout_ms * interval '1 millisecond', last_heartbeat_at = t.now
+				SET heartbeat_deadline = t.now + n.heartbeat_timeout_ms * interval '1 millisecond', last_heartbeat_at = t.now,
+					deadline = CASE WHEN held.returned THEN greatest(n.deadline, t.now + n.heartbeat_timeout_ms * interval '1 millisecond')
+						ELSE n.deadline END
 				FROM t, held WHERE n.lane = held.lane AND n.execution_id = held.execution_id AND n.node = held.node`+s.pinned("n", "$1")+`
 				RETURNING n.attempt_id)
-			SELECT n.attempt_id AS id, n.state, n.attempt_id IN (SELECT attempt_id FROM beat) AS alive
+			SELECT n.attempt_id AS id, n.state, n.attempt_id IN (SELECT attempt_id FROM beat) AS alive,
+				EXISTS (SELECT 1 FROM {s}.executions e WHERE e.lane = n.lane AND e.id = n.execution_id AND e.canceled_at IS NOT NULL`+
+				s.pinned("e", "$1")+`) AS canceled
 			FROM {s}.nodes n JOIN r
 				ON n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token
 			WHERE n.replica_id IS NOT DISTINCT FROM $5`+s.pinned("n", "$1")), lanes[i:j], ids[i:j], nodes[i:j], tokens[i:j],
-				replicaID, s.clock.NowOrNil())
+				replicaID, s.clock.NowOrNil(), returned[i:j])
 			if err != nil {
 				return err
 			}
@@ -321,6 +312,8 @@ func (s *Store) Heartbeat(ctx context.Context, replicaID string, refs []ClaimRef
 	out := make(map[int64]Beat, len(refs))
 	for _, b := range beats {
 		switch {
+		case b.Alive && b.Canceled:
+			out[b.ID] = BeatCanceled
 		case b.Alive:
 			out[b.ID] = BeatAlive
 		case b.State == StateRunning:
@@ -388,108 +381,98 @@ func deref(s *string) string {
 	return *s
 }
 
-// Release hands the given claims of replicaID back to AVAILABLE without consuming an attempt,
-// for a graceful stop, if they are still RUNNING under the same token. Their claims are void, so
-// late results are dropped. Only claims whose function has returned are released: one still
-// running stays RUNNING until its heartbeat deadline passes, so that no two replicas ever run it
-// at once.
+// Release hands the given claims of replicaID back, for a graceful stop, if they are still
+// RUNNING under the same token, without consuming an attempt (machine.Release): each claim moves to
+// the attempts' history, keeping its place in its rate window, and a new attempt of its node waits
+// as a new one would: AVAILABLE, or PENDING for its key, limit or window, or PAUSED in a paused
+// execution. Late results of the claims are dropped. Only claims whose function has returned are
+// released: one still running stays RUNNING until its heartbeat deadline passes, so that no two
+// replicas ever run it at once. It returns how many it released.
 func (s *Store) Release(ctx context.Context, replicaID string, refs []ClaimRef) (int, error) {
-	lanes, ids, nodes, tokens := refColumns(refs)
-	return s.release(ctx, replicaID, lanes, ids, `FROM unnest(?::smallint[], ?::text[], ?::text[], ?::uuid[]) AS r(lane, execution_id, node, token)
-		WHERE n.lane = r.lane AND n.execution_id = r.execution_id AND n.node = r.node AND n.claim_token = r.token AND`,
-		lanes, ids, nodes, tokens)
+	byExec := map[string][]machine.Event{}
+	for _, r := range refs {
+		byExec[r.ExecutionID] = append(byExec[r.ExecutionID], machine.Release{Node: r.Node, Replica: replicaID, Token: r.Token})
+	}
+	return s.releaseEach(ctx, byExec)
+}
+
+// releaseEach releases, execution by execution in a transaction of its own, the claims of
+// byExec, and returns how many it released.
+func (s *Store) releaseEach(ctx context.Context, byExec map[string][]machine.Event) (int, error) {
+	n := 0
+	for _, id := range slices.Sorted(maps.Keys(byExec)) {
+		released := 0
+		err := s.write(ctx, id, nil, func(_ context.Context, _ *txn, p *machine.Plan, env machine.Env) error {
+			for _, ev := range byExec[id] {
+				switch err := p.Step(ev, env); {
+				case errors.Is(err, machine.ErrNothingToDo):
+				case err != nil:
+					return err
+				default:
+					released++
+				}
+			}
+			if released == 0 {
+				return machine.ErrNothingToDo
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, machine.ErrNothingToDo), errors.Is(err, ErrNotFound):
+		case err != nil:
+			return n, fmt.Errorf("releasing computations of %s: %w", id, err)
+		default:
+			n += released
+		}
+	}
+	return n, nil
 }
 
 // releaseTokens releases the claims of replicaID in executions ids whose tokens are tokens, the
-// token of a claim beside its execution.
+// token of a claim beside its execution, whatever their node.
 func (s *Store) releaseTokens(ctx context.Context, replicaID string, ids, tokens []string) (int, error) {
 	lanes := make([]int16, len(ids))
 	for i, id := range ids {
 		lanes[i] = LaneOf(id)
 	}
-	return s.release(ctx, replicaID, lanes, ids, `FROM `+executionKeys("?", "?")+` k
-		WHERE n.lane = k.lane AND n.execution_id = k.id AND n.claim_token = ANY(?::uuid[]) AND`, lanes, ids, tokens)
+	var held []struct {
+		ExecutionID string `bun:"execution_id"`
+		Node        string `bun:"node"`
+		Token       string `bun:"claim_token"`
+	}
+	err := s.db.NewRaw(s.q(`SELECT n.execution_id, n.node, n.claim_token FROM `+executionKeys("?", "?")+` k
+		JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id
+		WHERE n.claim_token = ANY(?::uuid[]) AND n.state = 'RUNNING' AND n.replica_id = ?`+s.pinned("n", "?")),
+		slices.Concat([]any{pgdialect.Array(lanes), pgdialect.Array(ids), pgdialect.Array(tokens), replicaID}, s.pinnedArgs(lanes))...).Scan(ctx, &held)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("finding the claims of replica %s: %w", replicaID, err)
+	}
+	byExec := map[string][]machine.Event{}
+	for _, h := range held {
+		byExec[h.ExecutionID] = append(byExec[h.ExecutionID], machine.Release{Node: h.Node, Replica: replicaID, Token: h.Token})
+	}
+	return s.releaseEach(ctx, byExec)
 }
 
-// ReleaseReplica hands every claim that replicaID holds back to AVAILABLE, as Release does, once
-// none of its functions runs any more: at a stop, those left are claims that no attempt of the
-// replica took up, because the stop ended the claim or the write that made them before its
-// answer came back, although the database had committed them. Without it, they waited for the
-// sweeper, which abandoned them, and their retry used up an attempt.
+// ReleaseReplica hands every claim that replicaID holds back, as Release does, once none of its
+// functions runs any more: at a stop, those left are claims that no attempt of the replica took
+// up, because the stop ended the claim or the write that made them before its answer came back,
+// although the database had committed them. Without it, they waited for the sweeper, which
+// abandoned them, and their retry used up an attempt.
 func (s *Store) ReleaseReplica(ctx context.Context, replicaID string) (int, error) {
 	var held []struct {
-		Lane        int16  `bun:"lane"`
 		ExecutionID string `bun:"execution_id"`
+		Node        string `bun:"node"`
+		Token       string `bun:"claim_token"`
 	}
-	err := s.db.NewRaw(s.q(`SELECT DISTINCT lane, execution_id FROM {s}.nodes WHERE state = 'RUNNING' AND replica_id = ?`),
+	err := s.db.NewRaw(s.q(`SELECT execution_id, node, claim_token FROM {s}.nodes WHERE state = 'RUNNING' AND replica_id = ?`),
 		replicaID).Scan(ctx, &held)
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("finding the claims of replica %s: %w", replicaID, err)
 	}
-	if len(held) == 0 {
-		return 0, nil
+	byExec := map[string][]machine.Event{}
+	for _, h := range held {
+		byExec[h.ExecutionID] = append(byExec[h.ExecutionID], machine.Release{Node: h.Node, Replica: replicaID, Token: h.Token})
 	}
-	lanes, ids := make([]int16, len(held)), make([]string, len(held))
-	for i, h := range held {
-		lanes[i], ids[i] = h.Lane, h.ExecutionID
-	}
-	return s.release(ctx, replicaID, lanes, ids, `FROM `+executionKeys("?", "?")+` k WHERE n.lane = k.lane AND n.execution_id = k.id AND`,
-		lanes, ids)
-}
-
-// release releases the RUNNING attempts of replicaID that from, a FROM and WHERE with args ending
-// in a conjunction, chooses, in the executions lanes and ids, once it holds their locks: every
-// writer of a node row but the heartbeats holds its execution's lock.
-//
-// On Citus, it releases them a lane at a time: args are then arrays of one element for each of
-// lanes, which it takes a lane's elements of.
-func (s *Store) release(ctx context.Context, replicaID string, lanes []int16, ids []string, from string, args ...any) (int, error) {
-	if s.citus && len(slices.Compact(slices.Sorted(slices.Values(lanes)))) > 1 {
-		n := 0
-		for _, lane := range slices.Compact(slices.Sorted(slices.Values(lanes))) {
-			keep := func(i int) bool { return lanes[i] != lane }
-			laneArgs := make([]any, len(args))
-			for i, a := range args {
-				switch a := a.(type) {
-				case []int16:
-					laneArgs[i] = dropIndexes(a, keep)
-				case []string:
-					laneArgs[i] = dropIndexes(a, keep)
-				}
-			}
-			released, err := s.release(ctx, replicaID, dropIndexes(lanes, keep), dropIndexes(ids, keep), from, laneArgs...)
-			n += released
-			if err != nil {
-				return n, err
-			}
-		}
-		return n, nil
-	}
-	var released []int64
-	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		_, err := tx.NewRaw(s.q(`SELECT 1 FROM `+executionKeys("?", "?")+` k JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id`+
-			s.pinned("e", "?")+` ORDER BY e.lane, e.id FOR UPDATE OF e`), slices.Concat([]any{pgdialect.Array(lanes), pgdialect.Array(ids)},
-			s.pinnedArgs(lanes))...).Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("locking executions %s: %w", strings.Join(ids, ", "), err)
-		}
-		arrays := make([]any, len(args))
-		for i, a := range args {
-			arrays[i] = pgdialect.Array(a)
-		}
-		err = tx.NewRaw(s.q(`UPDATE {s}.nodes n
-			SET state = 'AVAILABLE', replica_id = NULL, claim_token = NULL, claimed_at = NULL,
-				deadline = NULL, heartbeat_deadline = NULL, last_heartbeat_at = NULL,
-				available_at = coalesce(?::timestamptz, now())
-			`+from+` n.state = 'RUNNING' AND n.replica_id = ?`+s.pinned("n", "?")+`
-			RETURNING n.attempt_id`), slices.Concat([]any{s.clock.NowOrNil()}, arrays, []any{replicaID}, s.pinnedArgs(lanes))...).Scan(ctx, &released)
-		if err != nil && !isNoRows(err) {
-			return fmt.Errorf("releasing computations of replica %s: %w", replicaID, err)
-		}
-		if len(released) == 0 {
-			return nil
-		}
-		return s.notify(ctx, tx, PayloadWork)
-	})
-	return len(released), err
+	return s.releaseEach(ctx, byExec)
 }

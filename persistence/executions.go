@@ -16,7 +16,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
-	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // CreateExecution starts an execution of g with no values, and advances it, so that nodes whose
@@ -93,17 +93,15 @@ func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, it
 	// round trip. A keyed one waits for what its INSERT found.
 	idle := !slices.ContainsFunc(items, func(item map[string]json.RawMessage) bool { return len(item) > 0 }) &&
 		s.StartsIdle(g) && ins.keys == nil
-	var states []*execState
-	var started []int // the item of each state
-	caller := false
+	var plans []*machine.Plan
+	var started []int // the item of each plan
 	err = in(ctx, func(ctx context.Context, t *txn) error {
-		caller = t.caller
 		if idle {
 			t.tail = append(t.tail, s.insertSteps(ins)...)
 			return nil
 		}
 		var err error
-		states, started, err = s.startIn(ctx, t, rg, items, ins)
+		plans, started, err = s.startIn(ctx, t, rg, items, ins)
 		return err
 	})
 	if err != nil {
@@ -113,66 +111,46 @@ func (s *Store) createExecutions(ctx context.Context, in run, g *graph.Graph, it
 		ins.found()
 		return ins.execs, nil
 	}
-	if !caller {
-		s.committed(ctx, states)
-	}
-	return ins.started(states, started), nil
+	return ins.started(plans, started), nil
 }
 
-// started returns the executions of ins, once the states of those it made, of the items started,
+// started returns the executions of ins, once the plans of those it made, of the items started,
 // are written.
-func (ins *inserts) started(states []*execState, started []int) []*Execution {
-	for j, st := range states {
-		e := &st.exec
-		e.Revision = st.revision - int64(len(st.claimed)) // the write's, before the claims it made
-		ins.execs[started[j]] = e
+func (ins *inserts) started(plans []*machine.Plan, started []int) []*Execution {
+	for j, p := range plans {
+		e := *p.Exec()
+		e.Revision = p.Revision() - int64(len(p.Claimed())) // the write's, before the claims it made
+		ins.execs[started[j]] = &e
 	}
 	return ins.execs
 }
 
-// startIn inserts the executions of ins in t, of rg, the graph as the store serves it, and sets
-// and advances each one's values, items[i]; it returns the states of those it made, and the item
-// of each. The caller commits t, then calls committed with the states.
-func (s *Store) startIn(ctx context.Context, t *txn, rg *graph.Graph, items []map[string]json.RawMessage, ins *inserts) ([]*execState, []int, error) {
+// startIn inserts the executions of ins in t, of rg, the graph as the store serves it, and starts
+// each one with its values, items[i] (machine.Start); it returns the plans of those it made, and
+// the item of each. An execution that held its key already, or that an earlier try made, is left
+// as it is. A new execution's state is known without loading it, and needs no lock: no one else
+// sees it before the commit.
+func (s *Store) startIn(ctx context.Context, t *txn, rg *graph.Graph, items []map[string]json.RawMessage, ins *inserts) ([]*machine.Plan, []int, error) {
 	if err := s.insert(ctx, t, ins); err != nil {
 		return nil, nil, err
 	}
-	// A new execution's state is known without loading it, and needs no lock: no one else
-	// sees it before the commit. As CreateExecution does, advance it with no values first.
-	// An execution that held its key already, or that an earlier try made, is left as it is.
-	var states []*execState
-	var started []int // the item of each state
+	var plans []*machine.Plan
+	var started []int // the item of each plan
 	for i, e := range ins.execs {
 		if !ins.made[i] {
 			continue
 		}
-		st := newState(*e, rg, e.CreatedAt, nil)
-		st.held = s.held(st.graphKey())
-		st.caller, st.claims = true, !t.caller
-		st.traceparent = telemetry.Traceparent(ctx)
-		if err := st.advance(); err != nil {
+		x := loaded(*e, rg, nil)
+		p, err := machine.Step(x, machine.Start{Values: items[i]}, s.env(ctx, e.CreatedAt, x.GraphKey))
+		if len(items) > 1 && errors.Is(err, ErrInvalidValue) {
+			err = fmt.Errorf("inputs[%d]: %w", i, err)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
-		// Then, as SetValues does, the item's values as one change, advanced again. finish
-		// notifies the dispatchers and promotes gated work once for all of them; no one can be
-		// waiting on an execution before it exists.
-		if item := items[i]; len(item) > 0 {
-			st.revision++
-			for _, name := range slices.Sorted(maps.Keys(item)) {
-				st.setValue(name, item[name], nil, st.revision)
-			}
-			err := st.advance()
-			if len(items) > 1 && errors.Is(err, ErrInvalidValue) {
-				err = fmt.Errorf("inputs[%d]: %w", i, err)
-			}
-			if err != nil {
-				return nil, nil, err
-			}
-		}
-		st.changed = false
-		states, started = append(states, st), append(started, i)
+		plans, started = append(plans, p), append(started, i)
 	}
-	return states, started, s.finish(ctx, t, states)
+	return plans, started, s.finish(ctx, t, plans, !t.caller)
 }
 
 // maxKeyRounds bounds the rounds of a keyed insert (see Store.insert).
@@ -473,28 +451,6 @@ func (s *Store) Write(ctx context.Context, starts []*graph.Graph, keys, ids []st
 	return ins.execs, revs, nil
 }
 
-// startsIdle reports whether advancing a new execution of g with no values does nothing: no gate
-// holds on no values, nor does the graph's completion, and none panics. New asks it once of each
-// graph: a gate is a function of the values alone.
-func startsIdle(g *graph.Graph) bool {
-	none := graph.Values{}
-	if c := g.CompletesWhen(); c != nil {
-		if ok, err := recovered("the completion gate", func() bool { return c.Holds(none) }); ok || err != nil {
-			return false
-		}
-	}
-	for _, name := range g.Order() {
-		n, _ := g.Node(name)
-		if n.Kind() == graph.KindInput {
-			continue
-		}
-		if ok, err := holds(n, none); ok || err != nil {
-			return false
-		}
-	}
-	return true
-}
-
 // LoadExecution reads an execution.
 func (s *Store) LoadExecution(ctx context.Context, id string) (*Execution, error) {
 	if err := CheckText("execution id", id); err != nil {
@@ -573,49 +529,48 @@ func (s *Store) setValuesOf(ctx context.Context, in run, settings []Setting, tai
 		return nil, errors.New("persistence: SetValuesOf was given an execution twice")
 	}
 	revs := make([]int64, len(settings))
-	var done []*execState
 	err := in(ctx, func(ctx context.Context, t *txn) error {
 		t.tail = append(t.tail, tail...)
-		sts, err := s.load(ctx, t, ids, nil, nil)
+		// An application's transaction may be REPEATABLE READ or SERIALIZABLE: then the node rows
+		// read after the lock are its snapshot's, taken before, maybe long before, it was granted.
+		var isolation string
+		var before []step
+		if t.caller {
+			before = []step{{"SELECT current_setting('transaction_isolation')", nil, func(br pgx.BatchResults) error {
+				return br.QueryRow().Scan(&isolation)
+			}}}
+		}
+		xs, now, err := s.load(ctx, t, ids, before, nil)
 		if err != nil {
 			return err
 		}
-		s.mark(t, sts)
-		byID := make(map[string]*execState, len(sts))
-		for _, st := range sts {
-			byID[st.exec.ID] = st
-		}
-		for i, set := range settings {
-			if revs[i], err = byID[set.ID].setValues(set); err != nil {
+		deferred := isolation != "" && isolation != "read committed" && isolation != "read uncommitted"
+		if deferred {
+			if err := s.freshen(ctx, xs); err != nil {
 				return err
 			}
 		}
-		if err := s.finish(ctx, t, sts); err != nil {
-			return err
+		s.mark(t, xs)
+		byID := make(map[string]*machine.Loaded, len(xs))
+		for _, x := range xs {
+			byID[x.Exec.ID] = x
 		}
-		if !t.caller {
-			done = sts
+		plans := make([]*machine.Plan, len(settings))
+		for i, set := range settings {
+			x := byID[set.ID]
+			ev := machine.Set{Set: set.Set, Meta: set.Meta, Unset: set.Unset, Defer: deferred}
+			if plans[i], err = machine.Step(x, ev, s.env(ctx, now, x.GraphKey)); err != nil {
+				return err
+			}
+			revs[i] = plans[i].Revision()
 		}
-		return nil
+		t.deferAdvance(plans)
+		return s.finish(ctx, t, plans, !t.caller)
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.committed(ctx, done)
 	return revs, nil
-}
-
-// CheckInput reports why node name of g cannot be set: it is not in the graph (ErrUnknownNode),
-// or it is not an input (ErrNotInput).
-func CheckInput(g *graph.Graph, name string) error {
-	n, ok := g.Node(name)
-	if !ok {
-		return fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, g.Name(), name)
-	}
-	if n.Kind() != graph.KindInput {
-		return fmt.Errorf("%w: %q is a %s node; only input nodes can be set", ErrNotInput, name, n.Kind())
-	}
-	return nil
 }
 
 // Values reads every value of an execution.
@@ -662,7 +617,7 @@ type NodeState struct {
 }
 
 // Failed reports whether the node has failed for good (see Failure), with nothing pending.
-func (ns NodeState) Failed() bool { return ns.Latest != nil && ns.Latest.failedForGood() }
+func (ns NodeState) Failed() bool { return ns.Latest != nil && ns.Latest.FailedForGood() }
 
 // NodeState reads a node's value and its newest attempt, in one prepared statement: a Get that
 // waits makes it at each wakeup.

@@ -128,7 +128,7 @@ func (s *Store) RecordGraphs(ctx context.Context, replicaID string, id Identity,
 	}
 	recorded := map[string]recordedGraph{} // by key, those whose fingerprint is not this replica's
 	var held []heldGraph
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := s.db.RunInTx(ctx, readCommitted, func(ctx context.Context, tx bun.Tx) error {
 		var rows []recordedGraph
 		err := tx.NewRaw(s.q(`INSERT INTO {s}.graph_fingerprints AS f (graph_name, graph_version, fingerprint, description, recorded_at)
 			SELECT g.name, g.version, g.fingerprint, g.description::jsonb, coalesce(?::timestamptz, now())
@@ -316,7 +316,7 @@ func (s *Store) MoveVersion(ctx context.Context, name, from, to string) (int64, 
 	// serving from while the move runs is seen by the check made once the move holds every row it
 	// moves; one that starts later finds them moved, or locked (claims skip locked rows).
 	var moved int64
-	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err = s.db.RunInTx(ctx, readCommitted, func(ctx context.Context, tx bun.Tx) error {
 		if err := s.refuseServed(ctx, tx, name, from); err != nil {
 			return err
 		}

@@ -1,10 +1,6 @@
 package persistence
 
-import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-)
+import "context"
 
 // attemptKey is the context key of the attempt whose function runs.
 type attemptKey struct{}
@@ -18,13 +14,4 @@ func WithAttempt(ctx context.Context, c *Computation) context.Context {
 func AttemptOf(ctx context.Context) *Computation {
 	c, _ := ctx.Value(attemptKey{}).(*Computation)
 	return c
-}
-
-// IdempotencyKey is the key of c's computation: its execution, its node and the upstream
-// revisions it was made for (its signature as made, which its retries and the attempts that
-// replace an abandoned one keep). It is the same on every attempt of the computation and every
-// replica, and another when the node is computed again for new upstream values.
-func (c *Computation) IdempotencyKey() string {
-	sum := sha256.Sum256([]byte(parseSignature(c.ComputedWith).String()))
-	return c.ExecutionID + "/" + c.Node + "/" + hex.EncodeToString(sum[:8])
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // Insights scopes: which executions an InsightsQuery reads.
@@ -275,10 +276,10 @@ func markFrom(source string) string {
 // mark marks the minutes of the executions sts, loaded, as out of date for the roll, with the
 // COMMIT of t (see markFrom): a write that neither creates an execution nor ends an attempt calls
 // it.
-func (s *Store) mark(t *txn, sts []*execState) {
-	gs, vs, ms := make([]string, len(sts)), make([]string, len(sts)), make([]time.Time, len(sts))
-	for i, st := range sts {
-		gs[i], vs[i], ms[i] = st.exec.GraphName, st.exec.GraphVersion, st.exec.CreatedAt.Truncate(time.Minute)
+func (s *Store) mark(t *txn, xs []*machine.Loaded) {
+	gs, vs, ms := make([]string, len(xs)), make([]string, len(xs)), make([]time.Time, len(xs))
+	for i, x := range xs {
+		gs[i], vs[i], ms[i] = x.Exec.GraphName, x.Exec.GraphVersion, x.Exec.CreatedAt.Truncate(time.Minute)
 	}
 	query := markFrom(`SELECT u.graph_name, u.graph_version, u.minute
 		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(graph_name, graph_version, minute)`)
@@ -578,7 +579,7 @@ func (s *Store) rollChunk(ctx context.Context, graph string, background bool, ti
 // planner's guess of a chunk's size lifts its cost over jit_above_cost, and compiling took longer
 // than the statement (the runtime's own connections have it off already).
 func (s *Store) rollTx(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, tx bun.Tx) error) error {
-	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	return s.db.RunInTx(ctx, readCommitted, func(ctx context.Context, tx bun.Tx) error {
 		_, err := tx.ExecContext(ctx, "SELECT set_config('jit', 'off', true), set_config('statement_timeout', ?, true)",
 			strconv.FormatInt(timeout.Milliseconds(), 10))
 		if err == nil {

@@ -172,14 +172,3 @@ func (s *Store) pinnedArgs(lanes []int16) []any {
 	}
 	return []any{pgdialect.Array(lanes)}
 }
-
-// dropIndexes returns the elements of a whose index drop does not hold.
-func dropIndexes[T any](a []T, drop func(i int) bool) []T {
-	var out []T
-	for i, v := range a {
-		if !drop(i) {
-			out = append(out, v)
-		}
-	}
-	return out
-}

@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // nodeRow is a row of the nodes table: a node of an execution, its value, and its current
@@ -134,7 +139,9 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// lockedExecution is an executions row locked for writing, with the transaction's time.
+// lockedExecution is an executions row locked for writing, with the transaction's time: every
+// time the write stamps is it, so that what one transaction writes carries one time. (The
+// deadlines of a claim the write makes are the writing statement's: see nodeRows.)
 type lockedExecution struct {
 	Execution
 	Now time.Time `bun:"tx_now" db:"tx_now"`
@@ -144,9 +151,9 @@ type lockedExecution struct {
 // never wait on each other, and reads their node rows, in one round trip (with the BEGIN, if it
 // has not gone), one statement per table whatever the number of executions: the node rows are
 // read by a statement of their own, whose snapshot is taken once the locks are held. before goes
-// ahead of the lock, and then between the lock and the read. It returns the states in the order of
-// the locks; an id may be given twice.
-func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []step) ([]*execState, error) {
+// ahead of the lock, and then between the lock and the read. It returns the executions in the
+// order of the locks, and the transaction's time; an id may be given twice.
+func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []step) ([]*machine.Loaded, time.Time, error) {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	lanes := make([]int16, len(ids))
 	for i, id := range ids {
@@ -182,7 +189,7 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 	}
 	err := t.send(ctx, slices.Concat(before, locks, then, reads)...)
 	if err != nil {
-		return nil, fmt.Errorf("loading executions %s: %w", strings.Join(ids, ", "), err)
+		return nil, time.Time{}, fmt.Errorf("loading executions %s: %w", strings.Join(ids, ", "), err)
 	}
 	if len(rows) < len(ids) {
 		found := make(map[string]bool, len(rows))
@@ -191,7 +198,7 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 		}
 		for _, id := range sortedIDs {
 			if !found[id] {
-				return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+				return nil, time.Time{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 			}
 		}
 	}
@@ -199,16 +206,117 @@ func (s *Store) load(ctx context.Context, t *txn, ids []string, before, then []s
 	for _, n := range nodes {
 		byID[n.ExecutionID] = append(byID[n.ExecutionID], n)
 	}
-	sts := make([]*execState, len(rows))
+	out := make([]*machine.Loaded, len(rows))
 	for i, row := range rows {
 		g, ok := s.Graph(row.GraphName, row.GraphVersion)
 		if !ok {
-			return nil, fmt.Errorf("%w: execution %s belongs to graph %q version %q, which this replica does not serve",
+			return nil, time.Time{}, fmt.Errorf("%w: execution %s belongs to graph %q version %q, which this replica does not serve",
 				ErrUnknownGraph, row.ID, row.GraphName, row.GraphVersion)
 		}
-		sts[i] = newState(row.Execution, g, row.Now, byID[row.ID])
-		sts[i].held = s.held(sts[i].graphKey())
-		sts[i].traceparent = telemetry.Traceparent(ctx)
+		out[i] = loaded(row.Execution, g, byID[row.ID])
 	}
-	return sts, nil
+	var now time.Time
+	if len(rows) > 0 {
+		now = rows[0].Now
+	}
+	return out, now, nil
+}
+
+// freshen reads again the node rows of xs, executions loaded in an application's transaction of
+// REPEATABLE READ or SERIALIZABLE, whose locks it holds, outside that transaction: the rows as
+// committed, which the transaction's snapshot, taken before its locks, may not show. Each node
+// keeps the newer of its two rows, by revision: the committed one, or the one the transaction
+// wrote itself (a second Set of one execution in one transaction), which no other can have
+// changed since, under the execution's lock. The transaction's writes of rows that changed after
+// its snapshot would fail with a serialization error, which the application retries: a Set there
+// writes its input values alone, and its advance follows the commit (see machine.Set.Defer).
+func (s *Store) freshen(ctx context.Context, xs []*machine.Loaded) error {
+	lanes, ids := make([]int16, len(xs)), make([]string, len(xs))
+	for i, x := range xs {
+		lanes[i], ids[i] = x.Exec.Lane, x.Exec.ID
+	}
+	var rows []*nodeRow
+	err := s.db.NewRaw(s.q(`SELECT `+cols("n", nodeColumns)+` FROM `+executionKeys("?0", "?1")+` k
+		JOIN {s}.nodes n ON n.lane = k.lane AND n.execution_id = k.id`+s.pinned("n", "?0")),
+		pgdialect.Array(lanes), pgdialect.Array(ids)).Scan(ctx, &rows)
+	if err != nil && !isNoRows(err) {
+		return fmt.Errorf("reading the committed rows of executions %s: %w", strings.Join(ids, ", "), err)
+	}
+	byID := make(map[string][]*nodeRow, len(xs))
+	for _, r := range rows {
+		byID[r.ExecutionID] = append(byID[r.ExecutionID], r)
+	}
+	for i, x := range xs {
+		fresh := loaded(x.Exec, x.Graph, byID[x.Exec.ID])
+		mine := make(map[string]int, len(x.Rows))
+		for j, r := range x.Rows {
+			mine[r.Node] = j
+		}
+		for _, r := range fresh.Rows {
+			j, ok := mine[r.Node]
+			switch {
+			case !ok:
+				x.Rows = append(x.Rows, r)
+			case r.Rev > x.Rows[j].Rev:
+				x.Rows[j] = r
+			}
+		}
+		xs[i] = x
+	}
+	return nil
+}
+
+// loaded is execution e of graph g, with its node rows, as a step reads it.
+func loaded(e Execution, g *graph.Graph, rows []*nodeRow) *machine.Loaded {
+	x := &machine.Loaded{Exec: e, Graph: g, GraphKey: internedKey(e.GraphName, e.GraphVersion), Rows: make([]machine.Row, len(rows))}
+	for i, r := range rows {
+		x.Rows[i] = machine.Row{Node: r.Node, GraphKey: r.GraphKey, Rev: r.Rev, Hseq: r.Hseq, Attempt: r.attempt()}
+		if r.ValueRev.Valid {
+			v := r.value()
+			x.Rows[i].Value = &v
+		}
+	}
+	return x
+}
+
+// env is the environment of the steps of a write at time now, of an execution of graph version
+// key.
+func (s *Store) env(ctx context.Context, now time.Time, key string) machine.Env {
+	return machine.Env{Now: now, NewID: newAttemptID, NewToken: NewUUID, Held: s.held(key), Traceparent: telemetry.Traceparent(ctx)}
+}
+
+// graphKeys are the GraphKeys internedKey has made, at most maxInterned of them.
+var graphKeys = struct {
+	sync.RWMutex
+	m map[[2]string]string
+}{m: map[[2]string]string{}}
+
+// internedKey returns GraphKey(name, version), made once for each graph version.
+func internedKey(name, version string) string {
+	graphKeys.RLock()
+	key, ok := graphKeys.m[[2]string{name, version}]
+	graphKeys.RUnlock()
+	if ok {
+		return key
+	}
+	key = GraphKey(name, version)
+	graphKeys.Lock()
+	if len(graphKeys.m) < maxInterned {
+		graphKeys.m[[2]string{name, version}] = key
+	}
+	graphKeys.Unlock()
+	return key
+}
+
+// attemptIDs makes the ids of new attempts: the time in milliseconds, then a counter that this
+// process starts at random, so that ids made later sort after, and two processes' ids made in
+// the same millisecond differ.
+var attemptIDs atomic.Uint64
+
+func init() { attemptIDs.Store(uint64(randomLane()) << 14) }
+
+// newAttemptID returns the id of a new attempt: unique, and greater than any id that a release
+// before attempt ids were made in Go (a sequence) gave.
+func newAttemptID() int64 {
+	return time.Now().UnixMilli()<<20 | int64(attemptIDs.Add(1)&(1<<20-1))
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"time"
+
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // Local takes the attempts that a caller's write (Start, Set, Unset), or a completion, makes
@@ -28,39 +30,25 @@ type Local interface {
 	Unreserve(n int)
 }
 
-// claimLocally claims for this replica the AVAILABLE attempts that the write of st created, as
-// many as Local has room for: each is written RUNNING, with its claim, whose token it chooses
-// here, before the COMMIT (see releaseUnknown), and whose time and deadlines the statement that
-// writes it stamps (see nodeRows). A claim is a revision of its execution, as Claim's is.
-func (s *Store) claimLocally(t *txn, st *execState) {
-	if s.local == nil || !st.claims || t.caller || st.exec.ArchivedAt != nil {
+// claimLocally claims for this replica the AVAILABLE attempts that the plan p made ready, as many
+// as Local has room for (machine.ClaimLocally): each is written RUNNING, with its claim, whose
+// token the plan chooses, before the COMMIT (see releaseUnknown), and whose time and deadlines the
+// statement that writes it stamps (see nodeRows).
+func (s *Store) claimLocally(t *txn, p *machine.Plan) {
+	if s.local == nil || t.caller || p.Exec().ArchivedAt != nil {
 		return
 	}
-	var ready []*Computation
-	for _, c := range st.created {
-		if c.State == StateAvailable && st.latest[c.Node] == c {
-			ready = append(ready, c)
-		}
-	}
-	if len(ready) == 0 {
+	ready := p.Ready()
+	if ready == 0 {
 		return
 	}
-	n := s.local.Reserve(len(ready))
+	n := s.local.Reserve(ready)
 	t.reserved += n
 	if n == 0 {
 		return
 	}
-	replica := s.local.ReplicaID()
-	for _, c := range ready[:n] {
-		token := NewUUID()
-		c.State, c.ReplicaID, c.ClaimToken, c.AvailableAt = StateRunning, &replica, &token, nil
-		st.revision++
-		st.touch(c.Node)
-		st.claimed = append(st.claimed, c)
-	}
-	// The work NOTIFY is for attempts that other replicas may claim.
-	st.work = len(ready) > n
-	t.claiming = append(t.claiming, st)
+	_ = p.Step(machine.ClaimLocally{Replica: s.local.ReplicaID(), N: n}, machine.Env{}) // it refuses nothing
+	t.claiming = append(t.claiming, p)
 }
 
 // NewUUID returns a random version 4 UUID, such as a claim token.
@@ -80,10 +68,10 @@ func NewUUID() string {
 // It tries a few times; if the database stays out of reach, the claims wait for the sweeper.
 func (s *Store) releaseUnknown(ctx context.Context, t *txn) {
 	var ids, tokens []string
-	for _, st := range t.claiming {
-		for _, c := range st.claimed {
+	for _, p := range t.claiming {
+		for _, c := range p.Claimed() {
 			if c.ClaimToken != nil {
-				ids, tokens = append(ids, st.exec.ID), append(tokens, *c.ClaimToken)
+				ids, tokens = append(ids, p.Exec().ID), append(tokens, *c.ClaimToken)
 			}
 		}
 	}
@@ -123,9 +111,9 @@ func (s *Store) handOver(t *txn, committed bool) {
 		return
 	}
 	var cs []*Computation
-	for _, st := range t.claiming {
-		for _, c := range st.claimed {
-			c.claimed, c.claimedOwn = st.withFailures(st.values), len(st.claimed) == 1
+	for _, p := range t.claiming {
+		for _, c := range p.Claimed() {
+			c.SetClaimedValues(p.ClaimedValues(), len(p.Claimed()) == 1)
 			cs = append(cs, c)
 		}
 	}

@@ -3,13 +3,17 @@ package persistence
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // A map node (graph.Map, graph.Child) starts child executions, then waits for them to end
@@ -20,9 +24,11 @@ import (
 //     (EndChildren), and starts one child per item in the transaction that writes the node's
 //     progress and makes it WAITING (WaitChildren). The progress row is the node's generation: the
 //     attempt that started it, and the upstream revisions it was computed with (sig).
-//  2. Each child's end is counted in the progress, once, in the transaction that claims the
-//     child's completed, failed or canceled event (reportsQuery). The last makes the node
-//     AVAILABLE again.
+//  2. Each child's end is counted in the progress, once, in the transaction of the change that
+//     ends it (machine.Plan.EndDelta, endsStep): it completed, failed for good, or was canceled
+//     or archived. A child that runs again (a retry, an unarchive) is taken off the count. Once
+//     they have all ended, the node is woken (machine.Wake): it becomes AVAILABLE again, or
+//     PAUSED while its execution is.
 //  3. A replica claims it again, reads the children's results (ChildResults) and records the
 //     node's value or failure as any attempt's outcome.
 //
@@ -42,7 +48,7 @@ type MapProgress struct {
 // Of reports whether p is the progress of the generation of c: c computes with the same upstream
 // revisions (a retry, or the claim that collects). A nil p is no one's.
 func (p *MapProgress) Of(c *Computation) bool {
-	return p != nil && sameSignature(p.Sig, parseSignature(c.ComputedWith))
+	return p != nil && machine.SameSignature(p.Sig, c.ComputedWith)
 }
 
 // ChildKey is the key of a map node's child: the parent, the node and the child's place, so
@@ -75,9 +81,11 @@ func (s *Store) EndChildren(ctx context.Context, id, node string, gen int64, rea
 		return 0, err
 	}
 	for _, child := range ids {
-		err := s.write(ctx, child, nil, func(_ context.Context, t *txn, st *execState) error {
-			t.cancel(st, reason)
-			return st.archive(true)
+		err := s.write(ctx, child, nil, func(_ context.Context, _ *txn, p *machine.Plan, env machine.Env) error {
+			if err := p.Step(machine.Cancel{Reason: reason}, env); err != nil {
+				return err
+			}
+			return p.Step(machine.Archive{}, env)
 		})
 		if err != nil {
 			return 0, fmt.Errorf("ending child %s of %s: %w", child, id, err)
@@ -108,10 +116,9 @@ func (s *Store) Children(ctx context.Context, id string) ([]string, error) {
 // WaitChildren makes c, a claimed attempt of a map node, wait for its children, in one
 // transaction that holds the parent's lock and its progress row. With items, it starts a new
 // generation, c's, computed with upstream revisions sig: one child of graph child for each item
-// (its input values), keyed by ChildKey. Without, it counts again the ended children of the
-// generation that the progress holds. Then, unless every child of the generation has ended, it
-// makes c WAITING, and reports true. A child that ends meanwhile waits for the progress row, and
-// counts itself after the commit: no end is missed.
+// (its input values), keyed by ChildKey. Then, unless every child of the generation has ended, it
+// makes c WAITING, at the execution's next revision, and reports true. A child that ends
+// meanwhile waits for the progress row, and is counted after the commit: no end is missed.
 //
 // It returns ErrClaimLost if c no longer holds its claim.
 func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.Graph, items []map[string]json.RawMessage, sig string) (bool, error) {
@@ -121,7 +128,6 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 			ErrUnknownGraph, child.Name(), child.Version(), c.Node)
 	}
 	lane := LaneOf(c.ExecutionID)
-	var states []*execState
 	waiting := false
 	err := s.own(ctx, func(ctx context.Context, t *txn) error {
 		if err := t.begin(ctx); err != nil {
@@ -131,20 +137,14 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 		err := t.pg.QueryRow(ctx, s.q(`SELECT EXISTS (SELECT 1 FROM {s}.executions e
 			JOIN {s}.nodes n ON n.lane = e.lane AND n.execution_id = e.id
 			WHERE e.lane = $1 AND e.id = $2 AND n.lane = $1 AND n.node = $3 AND n.attempt_id = $4 AND n.state = 'RUNNING'
-				AND n.claim_token = $5::uuid FOR UPDATE OF e, n)`), lane, c.ExecutionID, c.Node, c.ID, deref(c.ClaimToken)).Scan(&holds)
+				AND n.claim_token = $5::uuid AND e.canceled_at IS NULL FOR UPDATE OF e, n)`), lane, c.ExecutionID, c.Node, c.ID, deref(c.ClaimToken)).Scan(&holds)
 		if err != nil {
 			return fmt.Errorf("locking %s: %w", c.ExecutionID, err)
 		}
-		if !holds {
-			return ErrClaimLost
+		if !holds { // or its execution was canceled: its outcome, whatever it is, ends it CANCELED
+			return fmt.Errorf("%w, or its execution was canceled", ErrClaimLost)
 		}
-		if items == nil {
-			gen := `(SELECT gen FROM {s}.map_progress WHERE lane = $1 AND execution_id = $2 AND node = $3)`
-			_, err := t.pg.Exec(ctx, s.q(recount("$1", "$2", "$3", gen)), lane, c.ExecutionID, c.Node)
-			if err != nil {
-				return fmt.Errorf("counting the children of %s: %w", c.ExecutionID, err)
-			}
-		} else {
+		if items != nil {
 			_, err := t.pg.Exec(ctx, s.q(`INSERT INTO {s}.map_progress (lane, execution_id, node, gen, sig, total, done)
 				VALUES ($1, $2, $3, $4, $5, $6, 0)
 				ON CONFLICT (lane, execution_id, node) DO UPDATE SET gen = excluded.gen, sig = excluded.sig, total = excluded.total, done = 0
@@ -153,12 +153,13 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 			if err != nil {
 				return fmt.Errorf("writing the progress of node %q of %s: %w", c.Node, c.ExecutionID, err)
 			}
-			if states, err = s.startChildren(ctx, t, c, rg, items); err != nil {
+			if err := s.startChildren(ctx, t, c, rg, items); err != nil {
 				return err
 			}
 		}
 		t.tail = append(t.tail, step{s.q(`UPDATE {s}.nodes n SET state = 'WAITING', changed_at = coalesce($5::timestamptz, now()),
-				rev = (SELECT max(r.rev) + 1 FROM {s}.nodes r WHERE r.lane = $1 AND r.execution_id = $2)
+				rev = 1 + greatest((SELECT e.revision FROM {s}.executions e WHERE e.lane = $1 AND e.id = $2),
+					(SELECT max(r.rev) FROM {s}.nodes r WHERE r.lane = $1 AND r.execution_id = $2))
 			FROM {s}.map_progress p
 			WHERE n.lane = $1 AND n.execution_id = $2 AND n.node = $3 AND n.attempt_id = $4
 				AND p.lane = $1 AND p.execution_id = $2 AND p.node = $3 AND p.done < p.total
@@ -176,84 +177,150 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 	if err != nil {
 		return false, err
 	}
-	s.committed(ctx, states)
 	return waiting, nil
 }
 
 // startChildren starts, in t, one execution of rg for each of items, as children of c's
 // generation. A key that an execution of another generation holds still is an error: its
 // generation was not ended (EndChildren), and the attempt tries again.
-func (s *Store) startChildren(ctx context.Context, t *txn, c *Computation, rg *graph.Graph, items []map[string]json.RawMessage) ([]*execState, error) {
+func (s *Store) startChildren(ctx context.Context, t *txn, c *Computation, rg *graph.Graph, items []map[string]json.RawMessage) error {
 	keys, parents := make([]string, len(items)), make([]string, len(items))
 	for i := range items {
 		keys[i] = ChildKey(c.ExecutionID, c.Node, i)
 		b, err := json.Marshal(Parent{ID: c.ExecutionID, Node: c.Node, Gen: c.ID, Index: i})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		parents[i] = string(b)
 	}
 	ins, err := s.newInserts(slices.Repeat([]*graph.Graph{rg}, len(items)), keys, nil, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ins.parents = parents
-	states, _, err := s.startIn(ctx, t, rg, items, ins)
-	if err != nil {
-		return nil, err
+	if _, _, err := s.startIn(ctx, t, rg, items, ins); err != nil {
+		return err
 	}
 	for i, e := range ins.execs {
 		if p := e.Parent; p == nil || p.ID != c.ExecutionID || p.Node != c.Node || p.Gen != c.ID {
-			return nil, fmt.Errorf("the key of child %d of node %q of %s is held by execution %s, of an earlier "+
+			return fmt.Errorf("the key of child %d of node %q of %s is held by execution %s, of an earlier "+
 				"generation; it is archived before this one starts", i, c.Node, c.ExecutionID, e.ID)
 		}
-	}
-	return states, nil
-}
-
-// recount counts again the ended children of a generation of a map node, a row of map_progress:
-// lane, id, node and gen are the SQL of its columns' values. The count reads no column of the
-// row: Citus runs no subquery of a distributed table that refers to a table outside it.
-func recount(lane, id, node, gen string) string {
-	return `UPDATE {s}.map_progress m SET done = (SELECT count(*) FROM {s}.executions e
-			WHERE e.parent->>'id' = ` + id + ` AND e.parent IS NOT NULL AND e.parent->>'node' = ` + node + `
-				AND (e.parent->>'gen')::bigint = ` + gen + ` AND (` + childEnded + `))
-		WHERE m.lane = ` + lane + ` AND m.execution_id = ` + id + ` AND m.node = ` + node + ` AND m.gen = ` + gen
-}
-
-// Recount counts again the ended children of the generation of p, a child's parent, and makes the
-// map node, if it waits, AVAILABLE once they have all ended: after a change that ends a child
-// without an event to count it, such as an Archive.
-func (s *Store) Recount(ctx context.Context, p *Parent) error {
-	var woken []int
-	err := s.db.NewRaw(s.q(`WITH p AS (`+recount("?0", "?1", "?2", "?3")+`
-			RETURNING m.lane, m.execution_id, m.node, m.done >= m.total AS full)
-		`+wakeMaps("(SELECT coalesce(?4::timestamptz, now()) AS now)", "?0")), LaneOf(p.ID), p.ID, p.Node, p.Gen, s.clock.NowOrNil()).Scan(ctx, &woken)
-	if err != nil && !isNoRows(err) {
-		return fmt.Errorf("counting the children of node %q of %s: %w", p.Node, p.ID, err)
-	}
-	if len(woken) > 0 {
-		return s.notify(ctx, s.db, PayloadWork)
 	}
 	return nil
 }
 
-// wakeMaps makes AVAILABLE, at the time that now selects, the WAITING map nodes of p (a CTE of
-// map_progress rows counted again: lane, execution_id, node, full) whose children have all ended,
-// for a replica to claim and collect; it returns a row for each. lanes is the SQL of p's lanes (a
-// lane, or ANY of an array), for Citus to send the update to their shards alone.
-func wakeMaps(now, lanes string) string {
-	return `UPDATE {s}.nodes n SET state = 'AVAILABLE', available_at = t.now, run_at = t.now
-		FROM p, ` + now + ` t
-		WHERE p.full AND n.lane = ` + lanes + ` AND n.lane = p.lane AND n.execution_id = p.execution_id AND n.node = p.node AND n.state = 'WAITING'
-		RETURNING 1`
+// wake wakes the map node m, whose children have all ended (machine.Wake), if it still waits.
+func (s *Store) wake(ctx context.Context, m mapRef) error {
+	err := s.event(ctx, m.ID, nil, machine.Wake{Node: m.Node})
+	if errors.Is(err, machine.ErrNothingToDo) {
+		return nil
+	}
+	return err
 }
 
-// childEnded holds for a child execution e that has ended, as its map node counts it: it
-// completed, failed for good, or was canceled or archived.
-const childEnded = `e.archived_at IS NOT NULL OR e.canceled_at IS NOT NULL
-	OR EXISTS (SELECT 1 FROM {s}.notification_claims x WHERE x.lane = e.lane AND x.execution_id = e.id
-		AND (x.event = 'execution.completed' OR x.event = 'execution.failed' AND x.phase = e.failure_phase))`
+// cascade carries the change c of execution id to those of its unarchived children that it
+// changes, each in a transaction of its own (whose own cascade carries it to theirs): they are
+// canceled, paused, resumed or archived with it. It returns how many children it wrote.
+func (s *Store) cascade(ctx context.Context, id string, c machine.Cascade) (int, error) {
+	var children []string
+	err := s.db.NewRaw(s.q(`SELECT id FROM {s}.executions
+		WHERE parent->>'id' = ? AND parent IS NOT NULL AND archived_at IS NULL
+			AND (? AND canceled_at IS NULL OR ? AND paused_at IS NULL AND canceled_at IS NULL
+				OR ? AND paused_at IS NOT NULL OR ?)
+		ORDER BY id`), id, c.Cancel, c.Pause, c.Resume, c.Archive).Scan(ctx, &children)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("finding the children of %s: %w", id, err)
+	}
+	var evs []machine.Event
+	if c.Cancel {
+		evs = append(evs, machine.Cancel{Reason: "its parent " + id + " was canceled: " + c.Reason})
+	}
+	if c.Pause || c.Resume {
+		evs = append(evs, machine.Pause{Resume: c.Resume})
+	}
+	if c.Archive {
+		evs = append(evs, machine.Archive{})
+	}
+	for _, child := range children {
+		err := s.write(ctx, child, nil, func(_ context.Context, _ *txn, p *machine.Plan, env machine.Env) error {
+			for _, ev := range evs {
+				if err := p.Step(ev, env); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return 0, fmt.Errorf("child %s of %s: %w", child, id, err)
+		}
+	}
+	return len(children), nil
+}
+
+// repair does what a crash between a commit and its afterCommit left undone, up to limit of each:
+// it wakes the map nodes that wait though their children have all ended, and carries the
+// cancel, pause or archive of a parent to those of its children that do not follow it yet. It
+// returns how many executions it wrote.
+func (s *Store) repair(ctx context.Context, limit int) (int, error) {
+	var full []mapRef
+	err := s.db.NewRaw(s.q(`SELECT n.execution_id, n.node, true AS full FROM {s}.nodes n
+		JOIN {s}.map_progress m ON m.lane = n.lane AND m.execution_id = n.execution_id AND m.node = n.node
+		WHERE n.state = 'WAITING' AND m.done >= m.total AND n.graph_key IN (?)
+		ORDER BY n.execution_id, n.node LIMIT ?`), bun.List(s.keys), limit).Scan(ctx, &full)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("finding the map nodes whose children have ended: %w", err)
+	}
+	n := 0
+	for _, m := range full {
+		if err := s.wake(ctx, m); err != nil {
+			return n, fmt.Errorf("waking node %q of %s: %w", m.Node, m.ID, err)
+		}
+		n++
+	}
+	// The parents of the children that may run, then those of them that a change asks the children
+	// to follow: a statement each, as on Citus a child and its parent are in lanes of their own. (A
+	// canceled child left unarchived under an archived parent runs nothing, and is left so.)
+	var parents []string
+	err = s.db.NewRaw(s.q(`SELECT DISTINCT parent->>'id' FROM {s}.executions
+		WHERE parent IS NOT NULL AND archived_at IS NULL AND canceled_at IS NULL
+			AND graph_name || '@' || graph_version IN (?)
+		LIMIT ?`), bun.List(s.keys), limit).Scan(ctx, &parents)
+	if err != nil && !isNoRows(err) {
+		return n, fmt.Errorf("finding the parents of running children: %w", err)
+	}
+	if len(parents) == 0 {
+		return n, nil
+	}
+	lanes := make([]int16, len(parents))
+	for i, id := range parents {
+		lanes[i] = LaneOf(id)
+	}
+	var changed []struct {
+		ID       string  `bun:"id"`
+		Reason   *string `bun:"cancel_reason"`
+		Canceled bool    `bun:"canceled"`
+		Paused   bool    `bun:"paused"`
+		Archived bool    `bun:"archived"`
+	}
+	err = s.db.NewRaw(s.q(`SELECT e.id, e.cancel_reason, e.canceled_at IS NOT NULL AS canceled, e.paused_at IS NOT NULL AS paused,
+			e.archived_at IS NOT NULL AS archived
+		FROM `+executionKeys("?0", "?1")+` k JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id
+		WHERE (e.canceled_at IS NOT NULL OR e.paused_at IS NOT NULL OR e.archived_at IS NOT NULL)`+s.pinned("e", "?0")),
+		pgdialect.Array(lanes), pgdialect.Array(parents)).Scan(ctx, &changed)
+	if err != nil && !isNoRows(err) {
+		return n, fmt.Errorf("reading the parents of running children: %w", err)
+	}
+	for _, p := range changed {
+		c := machine.Cascade{Cancel: p.Canceled, Reason: deref(p.Reason), Pause: p.Paused && !p.Canceled, Archive: p.Archived}
+		written, err := s.cascade(ctx, p.ID, c)
+		n += written
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
 
 // ChildResult is a child's end, as its map node reads it.
 type ChildResult struct {
@@ -272,7 +339,7 @@ type ChildResult struct {
 // object of its values by node.
 func (s *Store) ChildResults(ctx context.Context, id, node string, gen int64, result string) ([]*ChildResult, error) {
 	var out []*ChildResult
-	err := s.db.NewRaw(s.q(`SELECT e.id, (e.parent->>'index')::int AS index, (`+childEnded+`) AS ended,
+	err := s.db.NewRaw(s.q(`SELECT e.id, (e.parent->>'index')::int AS index, e.ended_at IS NOT NULL AS ended,
 			EXISTS (SELECT 1 FROM {s}.notification_claims x WHERE x.lane = e.lane AND x.execution_id = e.id
 				AND x.event = 'execution.completed') AS completed,
 			CASE WHEN ?3 = '' THEN (SELECT coalesce(jsonb_object_agg(v.node, v.value), '{}') FROM {s}.nodes v

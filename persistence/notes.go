@@ -110,3 +110,11 @@ func (n *notes) wait() {
 // NotesSent returns once the notifications of the writes committed so far have been sent (or
 // have failed to be).
 func (s *Store) NotesSent() { s.notes.wait() }
+
+// Stop ends the store's goroutines: it drops what writes in applications' transactions that have
+// not ended wait for (see callerCommits), and returns once the notifications of the writes
+// committed so far have been sent. A stopping replica calls it last, before its pool closes.
+func (s *Store) Stop() {
+	s.callers.stop()
+	s.notes.wait()
+}

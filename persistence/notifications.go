@@ -7,13 +7,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-)
 
-// Lifecycle events.
-const (
-	EventFailed    = "execution.failed"
-	EventCompleted = "execution.completed"
-	EventCanceled  = "execution.canceled"
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // Delivery states.
@@ -38,13 +33,6 @@ type Route struct {
 
 // String is the route as replica_heartbeats.targets lists it: the event, a space, the target.
 func (r Route) String() string { return r.Event + " " + r.Target }
-
-// FailedNode is a node that had failed for good when a failure was claimed.
-type FailedNode struct {
-	Node     string `json:"node"`
-	Attempts int    `json:"attempts"`
-	Error    string `json:"error"`
-}
 
 // Notice is one delivery to make, with what its event says.
 type Notice struct {
@@ -156,7 +144,7 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 		case !now.Before(horizon) || (policy.MaxAttempts > 0 && attempts >= policy.MaxAttempts):
 			state = DeliveryDead
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
-				SET state = 'DEAD', attempts = ?, last_error = ? WHERE lane = ? AND id = ?`), attempts, storable(sendErr.Error()),
+				SET state = 'DEAD', attempts = ?, last_error = ? WHERE lane = ? AND id = ?`), attempts, machine.Storable(sendErr.Error()),
 				n.Lane, n.DeliveryID).Exec(ctx)
 			s.logger.Error("notification dead: its retry horizon or its attempts are used up", "service", "delivery",
 				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
@@ -165,7 +153,7 @@ func (s *Store) DeliverOne(ctx context.Context, policy DeliveryPolicy, send func
 			state = DeliveryPending
 			_, err = tx.NewRaw(s.q(`UPDATE {s}.notification_deliveries
 				SET attempts = ?, last_error = ?, next_attempt_at = ? WHERE lane = ? AND id = ?`),
-				attempts, storable(sendErr.Error()), next, n.Lane, n.DeliveryID).Exec(ctx)
+				attempts, machine.Storable(sendErr.Error()), next, n.Lane, n.DeliveryID).Exec(ctx)
 			s.logger.Warn("notification delivery failed; retrying", "service", "delivery",
 				"idempotency_key", n.IdempotencyKey, "target", n.Target, "attempts", attempts,
 				"next_attempt_at", next, "error", sendErr)

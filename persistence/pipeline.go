@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/uptrace/bun"
+
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // txn is a write transaction that goes out in as few round trips as its work allows. bun and pgx
@@ -35,14 +37,22 @@ type txn struct {
 	pg    *pgx.Conn
 	begun bool   // BEGIN has been sent
 	tail  []step // statements sent with the COMMIT
-	// handing are the executions whose new values go to the store's Handoff, at the COMMIT.
-	handing []*execState
+	// plans are the plans the transaction applies (finish), and handing those whose new values go
+	// to the store's Handoff, at the COMMIT.
+	plans, handing []*machine.Plan
+	// wakes are the map nodes whose children have all ended (endsStep), promoteLater that the
+	// promotion lock was busy: afterCommit does both.
+	wakes        []mapRef
+	promoteLater bool
+	// deferred are the executions whose Sets, in an application's transaction of REPEATABLE READ
+	// or SERIALIZABLE, leave their advance for after its commit (see setValuesOf).
+	deferred []string
 	// notes are the NOTIFY payloads sent once the transaction has committed (see notes).
 	notes []string
 	// reserved counts the reservations of the store's Local, and claiming are the executions
 	// whose attempts are claimed with them (see Store.claimLocally).
 	reserved int
-	claiming []*execState
+	claiming []*machine.Plan
 	// claim: the transaction is a Claim, not a write (the Committed hook hears of writes).
 	claim bool
 	// caller: the transaction is the application's (inCaller), which commits it or not; sqlTx
@@ -76,18 +86,18 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 		t.rollback(ctx)
 		return err
 	}
-	for _, st := range t.handing {
-		s.handoff.Committing(st.exec.ID, st.revision)
+	for _, p := range t.handing {
+		s.handoff.Committing(p.Exec().ID, p.Revision())
 	}
 	err = t.send(ctx, append(t.tail, step{sql: "COMMIT"})...)
 	if err == nil && s.hooks.Committed != nil && !t.claim {
 		err = s.hooks.Committed(t.handed())
 	}
-	for _, st := range t.handing {
+	for _, p := range t.handing {
 		if err == nil {
-			s.handoff.Committed(st.exec.ID, st.revision, st.values)
+			s.handoff.Committed(p.Exec().ID, p.Revision(), p.Values())
 		} else {
-			s.handoff.Aborted(st.exec.ID, st.revision)
+			s.handoff.Aborted(p.Exec().ID, p.Revision())
 		}
 	}
 	// Last: the attempts handed over are the dispatcher's from here.
@@ -106,6 +116,7 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 		return fmt.Errorf("%w: committing: %w", ErrOutcomeUnknown, err)
 	}
 	s.notes.send(t.notes)
+	s.afterCommit(ctx, t)
 	return nil
 }
 
@@ -144,15 +155,27 @@ func (s *Store) inCaller(tx Caller) run {
 		for _, p := range t.notes {
 			steps = append(steps, step{sql: "SELECT pg_notify($1, $2)", args: []any{s.channel, p}})
 		}
-		return t.send(ctx, steps...)
+		// What follows the commit waits for it (see callerCommits).
+		var xid string
+		after := t.afterCallerCommit()
+		if after {
+			steps = append(steps, xidStep(&xid))
+		}
+		if err := t.send(ctx, steps...); err != nil {
+			return err
+		}
+		if after {
+			s.callers.wait(xid, t)
+		}
+		return nil
 	}
 }
 
 // handed returns the ids of the executions in t.handing.
 func (t *txn) handed() []string {
 	ids := make([]string, len(t.handing))
-	for i, st := range t.handing {
-		ids[i] = st.exec.ID
+	for i, p := range t.handing {
+		ids[i] = p.Exec().ID
 	}
 	return ids
 }
@@ -211,7 +234,7 @@ func (t *txn) send(ctx context.Context, steps ...step) (err error) {
 	}
 	var b pgx.Batch
 	if !t.begun {
-		b.Queue("BEGIN")
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED") // whatever default_transaction_isolation says: see readCommitted
 	}
 	for _, st := range steps {
 		b.Queue(st.sql, columns(st.args)...)

@@ -3,28 +3,21 @@ package persistence
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/journey-go/journey/persistence/machine"
 )
-
-// ErrNotFailed means Retry was asked for a node that has not failed.
-var ErrNotFailed = errors.New("journey: node has not failed")
-
-// ErrCanceled means the execution is canceled (Cancel).
-var ErrCanceled = errors.New("journey: execution canceled")
 
 // SetArchived archives or unarchives an execution. Archived executions are left out of listings
 // and loads; their waiting attempts are canceled, and revived by Unarchive, which fails with
 // ErrKeyHeld if another unarchived execution of the graph holds the execution's key by then.
 func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error {
-	err := s.write(ctx, id, nil, func(_ context.Context, _ *txn, st *execState) error {
-		return st.archive(archived)
-	})
+	err := s.event(ctx, id, nil, machine.Archive{Unarchive: !archived})
 	if err != nil && !archived {
 		if e, lerr := s.LoadExecution(ctx, id); lerr == nil {
 			if held := keyHeld(err, e); held != nil {
@@ -35,32 +28,21 @@ func (s *Store) SetArchived(ctx context.Context, id string, archived bool) error
 	return err
 }
 
-// Cancel cancels an execution for reason (see execState.cancel), and announces it to the replicas
-// that run its attempts (PayloadCancel). Canceling a canceled execution changes nothing.
+// Cancel cancels an execution for reason (machine.Cancel), and announces it to the replicas that
+// run its attempts (PayloadCancel); its children follow once it has committed. Canceling a
+// canceled execution changes nothing.
 func (s *Store) Cancel(ctx context.Context, id, reason string) error {
 	if err := CheckText("reason", reason); err != nil {
 		return err
 	}
-	return s.write(ctx, id, nil, func(_ context.Context, t *txn, st *execState) error {
-		t.cancel(st, reason)
-		return nil
-	})
+	return s.event(ctx, id, nil, machine.Cancel{Reason: reason})
 }
 
-// SetPaused pauses or resumes an execution (see execState.pause). Pausing a paused execution, or
-// resuming one that is not, changes nothing; a canceled one stays as it is.
+// SetPaused pauses or resumes an execution (machine.Pause); its children follow once it has
+// committed. Pausing a paused execution, or resuming one that is not, changes nothing; a canceled
+// one stays as it is.
 func (s *Store) SetPaused(ctx context.Context, id string, paused bool) error {
-	return s.write(ctx, id, nil, func(_ context.Context, _ *txn, st *execState) error {
-		_, err := st.pause(paused)
-		return err
-	})
-}
-
-// cancel cancels st for reason, and has t announce it.
-func (t *txn) cancel(st *execState, reason string) {
-	if st.cancel(reason) {
-		t.notes = append(t.notes, PayloadCancel+st.exec.ID)
-	}
+	return s.event(ctx, id, nil, machine.Pause{Resume: !paused})
 }
 
 // Retry gives a node that failed for good a fresh budget: a new first attempt.
@@ -68,9 +50,7 @@ func (s *Store) Retry(ctx context.Context, id, node string) error {
 	if err := CheckText("node", node); err != nil {
 		return err
 	}
-	return s.write(ctx, id, nil, func(_ context.Context, _ *txn, st *execState) error {
-		return st.retry(node)
-	})
+	return s.event(ctx, id, nil, machine.Retry{Node: node})
 }
 
 // wakeRetry is how long an execution whose due-tick advance failed waits before the next try, so
@@ -109,9 +89,7 @@ func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
 	}
 	woken := 0
 	for _, id := range ids {
-		err := s.write(ctx, id, s.boundLocks, func(_ context.Context, _ *txn, st *execState) error {
-			return st.advance() // a no-op if another replica got there first
-		})
+		err := s.event(ctx, id, s.boundLocks, machine.Advance{}) // a no-op if another replica got there first
 		if err == nil {
 			woken++
 			continue

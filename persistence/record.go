@@ -3,12 +3,11 @@ package persistence
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"slices"
+	"errors"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // Outcome is how one claimed attempt ended, for Record.
@@ -42,47 +41,55 @@ type Outcome struct {
 // attempts report them busy. It then fails with ErrLockTimeout, naming what it waited for.
 func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 	lost := make([]error, len(outs))
-	var done []*execState
 	err := s.inTxn(ctx, s.workDB(), func(ctx context.Context, t *txn) error {
 		ids := make([]string, len(outs))
 		for i, o := range outs {
 			ids[i] = o.C.ExecutionID
 		}
-		loaded, err := s.load(ctx, t, ids, []step{{s.lockTimeoutSQL(), nil, nil}}, nil)
+		xs, now, err := s.load(ctx, t, ids, []step{{s.lockTimeoutSQL(), nil, nil}}, nil)
 		if err != nil {
 			return err
 		}
-		byID := make(map[string]*execState, len(loaded))
-		for _, st := range loaded {
-			byID[st.exec.ID] = st
+		byID := make(map[string]*machine.Loaded, len(xs))
+		for _, x := range xs {
+			byID[x.Exec.ID] = x
 		}
-		var sts []*execState
+		plans := map[string]*machine.Plan{}
+		var ps []*machine.Plan // in the order of their first outcome
 		for i, o := range outs {
-			st := byID[o.C.ExecutionID]
-			if !st.holdsClaim(o.C) {
-				lost[i] = fmt.Errorf("%w: computation %d of %q in %s", ErrClaimLost, o.C.ID, o.C.Node, o.C.ExecutionID)
+			x := byID[o.C.ExecutionID]
+			env := s.env(trace.ContextWithSpanContext(ctx, o.Span), now, x.GraphKey)
+			p := plans[x.Exec.ID]
+			if p == nil {
+				p = machine.Begin(x, env)
+			}
+			err := p.Step(machine.Outcome{Claim: o.C, Err: o.Err, Result: o.Result, Used: o.Used}, env)
+			if errors.Is(err, ErrClaimLost) {
+				lost[i] = err
 				continue
 			}
-			c := st.latest[o.C.Node]
-			st.claims = true
-			st.traceparent = telemetry.Traceparent(trace.ContextWithSpanContext(ctx, o.Span))
-			if err := st.recordOne(o); err != nil {
+			if err != nil {
 				return err
 			}
-			o.C.State, o.C.Error, o.C.ComputedWith = c.State, c.Error, c.ComputedWith // as recorded
-			if !slices.Contains(sts, st) {
-				sts = append(sts, st)
+			if c := p.Latest(o.C.Node); c != nil && c.ID == o.C.ID {
+				o.C.State, o.C.Error, o.C.ComputedWith = c.State, c.Error, c.ComputedWith // as recorded
+			} else {
+				for _, c := range p.Superseded() {
+					if c.ID == o.C.ID {
+						o.C.State, o.C.Error, o.C.ComputedWith = c.State, c.Error, c.ComputedWith
+					}
+				}
+			}
+			if plans[x.Exec.ID] == nil {
+				plans[x.Exec.ID] = p
+				ps = append(ps, p)
 			}
 		}
-		if len(sts) == 0 {
+		if len(ps) == 0 {
 			return nil
 		}
 		// Ending attempts, the write needs no mark: the roll finds them by their finished_at.
-		if err := s.finish(ctx, t, sts); err != nil {
-			return err
-		}
-		done = sts
-		return nil
+		return s.finish(ctx, t, ps, true)
 	})
 	if hasCode(err, lockNotAvailable) {
 		return nil, s.recordGaveUp(ctx, outs, err)
@@ -90,6 +97,5 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.committed(ctx, done)
 	return lost, nil
 }

@@ -252,7 +252,7 @@ func TestConcurrentSetsSeeEachOther(t *testing.T) {
 		comps, err := b.store.Computations(ctx, id)
 		require.NoError(t, err)
 		require.Len(t, comps, 1, "execution %s: one attempt of sum", id)
-		sig := parseSignature(comps[0].ComputedWith)
+		sig := signatureOf(t, comps[0].ComputedWith)
 		require.ElementsMatch(t, []int64{1, 2}, []int64{sig["a"], sig["b"]}, "both inputs, each at its own revision: %s",
 			comps[0].ComputedWith)
 	}
@@ -358,10 +358,10 @@ func TestRecordAFanOutInOneBatch(t *testing.T) {
 				want[f] = vals[f].Revision
 			}
 			require.Equal(t, StateAvailable, c.State)
-			require.Equal(t, signature(want), parseSignature(c.ComputedWith))
+			require.Equal(t, want, signatureOf(t, c.ComputedWith))
 		case "either":
 			require.Equal(t, StateAvailable, c.State)
-			require.Equal(t, signature{"f1": vals["f1"].Revision, "f2": vals["f2"].Revision}, parseSignature(c.ComputedWith),
+			require.Equal(t, map[string]int64{"f1": vals["f1"].Revision, "f2": vals["f2"].Revision}, signatureOf(t, c.ComputedWith),
 				"it reads both siblings that the batch wrote: it need not run again for the second")
 		default:
 			require.Equal(t, StateSuccess, c.State, "node %s", c.Node)
@@ -469,4 +469,12 @@ func TestRecordASiblingThatClearsEndsTheRun(t *testing.T) {
 	require.False(t, vals.Has("c"), "a's value cleared c")
 	require.False(t, vals.Has("b"), "b's result came after c was cleared")
 	require.Equal(t, StateCanceled, b.latest(t, id, "b").State)
+}
+
+// signatureOf reads an attempt's upstream revisions.
+func signatureOf(t *testing.T, s string) map[string]int64 {
+	t.Helper()
+	sig := map[string]int64{}
+	require.NoError(t, json.Unmarshal([]byte(s), &sig), s)
+	return sig
 }

@@ -13,7 +13,7 @@ import (
 // whose oldest release (the schema_release table) is newer, and stops claiming once it finds one.
 // A migration that changes what replicas of this release read or write raises the schema's
 // oldest release past it.
-const Release = 2
+const Release = 3
 
 // ErrReleaseRetired means the schema was migrated for a newer release, which this one cannot run
 // beside.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // Actions that a request asks for.
@@ -113,7 +115,7 @@ func (s *Store) checkRetry(ctx context.Context, exec *Execution, node string) er
 	case len(latest) == 0:
 		return fmt.Errorf("%w: node %q of %s has never run; only a node that failed for good can be retried",
 			ErrNotFailed, node, exec.ID)
-	case !latest[0].failedForGood():
+	case !latest[0].FailedForGood():
 		return fmt.Errorf("%w: node %q of %s is %s (attempt %d); only a node that failed for good can be retried",
 			ErrNotFailed, node, exec.ID, latest[0].State, latest[0].Attempt)
 	}
@@ -185,21 +187,23 @@ func (s *Store) carryOut(ctx context.Context, replicaID string, req Request) (bo
 		}
 		return nil
 	}
-	err := s.write(ctx, req.ExecutionID, lock, func(ctx context.Context, tx *txn, st *execState) error {
-		var err error
-		switch req.Action {
-		case ActionRetry:
-			err = st.retry(deref(req.Node))
-		case ActionArchive, ActionUnarchive:
-			err = st.archive(req.Action == ActionArchive)
-		case ActionCancel:
-			tx.cancel(st, deref(req.Reason))
-		case ActionPause, ActionResume:
-			_, err = st.pause(req.Action == ActionPause)
-		default:
-			err = fmt.Errorf("%w: unknown action %q", ErrBadRequest, req.Action)
-		}
-		if err != nil {
+	var ev machine.Event
+	switch req.Action {
+	case ActionRetry:
+		ev = machine.Retry{Node: deref(req.Node)}
+	case ActionArchive, ActionUnarchive:
+		ev = machine.Archive{Unarchive: req.Action == ActionUnarchive}
+	case ActionCancel:
+		ev = machine.Cancel{Reason: deref(req.Reason)}
+	case ActionPause, ActionResume:
+		ev = machine.Pause{Resume: req.Action == ActionResume}
+	default:
+		reason := fmt.Sprintf("%v: unknown action %q", ErrBadRequest, req.Action)
+		return true, markDone(ctx, s.db, &reason)
+	}
+	// The request's write is the change's: its cascade to the children follows its commit.
+	err := s.write(ctx, req.ExecutionID, lock, func(ctx context.Context, tx *txn, p *machine.Plan, env machine.Env) error {
+		if err := p.Step(ev, env); err != nil {
 			return err
 		}
 		return markDone(ctx, tx, nil)

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,43 +24,18 @@ import (
 	"github.com/journey-go/journey/graph"
 	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/telemetry"
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // Errors returned by the Store. The root package re-exports them.
 var (
 	// ErrNotFound means there is no such execution.
 	ErrNotFound = errors.New("journey: execution not found")
-	// ErrUnknownNode means the graph has no node of that name.
-	ErrUnknownNode = errors.New("journey: unknown node")
-	// ErrNotInput means only input nodes can be set or unset.
-	ErrNotInput = errors.New("journey: node is not an input")
 	// ErrUnknownGraph means the graph (name and version) is not registered on this replica.
 	ErrUnknownGraph = errors.New("journey: graph not registered")
-	// ErrInvalidValue means values given to a write cannot be stored, or would give a node a
-	// concurrency key that cannot be.
-	ErrInvalidValue = errors.New("journey: invalid value")
-	// ErrClaimLost means a fenced write matched no row: the computation was abandoned, released or
-	// claimed elsewhere, and its result must be dropped.
-	ErrClaimLost = errors.New("journey: claim lost")
 	// ErrOutcomeUnknown means a write's COMMIT got no answer (the connection broke, or the context
 	// ended, as it was sent): the server may or may not have committed it.
 	ErrOutcomeUnknown = errors.New("journey: the outcome of the write is unknown (its COMMIT got no answer)")
-)
-
-// Computation states.
-const (
-	StatePending   = "PENDING"
-	StateAvailable = "AVAILABLE"
-	StateRunning   = "RUNNING"
-	StateSuccess   = "SUCCESS"
-	StateFailed    = "FAILED"
-	StateAbandoned = "ABANDONED"
-	StateCanceled  = "CANCELED"
-	// StatePaused: the attempt waits for its execution's Resume; no claim or promotion reads it.
-	StatePaused = "PAUSED"
-	// StateWaiting: a map node's attempt waits for its children to end (see graph.Map); the end
-	// of the last makes it AVAILABLE again, to collect their results.
-	StateWaiting = "WAITING"
 )
 
 // Notification payloads sent on the store's channel. A payload of PayloadWork means new work is
@@ -185,6 +159,8 @@ type Store struct {
 	abandoning  abandonFailures
 	tracer      trace.Tracer
 	notes       *notes
+	// callers are the writes in applications' transactions that wait for their commit.
+	callers *callerCommits
 	// citus: the per-execution tables are distributed by lane (CheckRelease reads it). Citus
 	// locks rows only in a statement pinned to one lane, so the statements that lock the rows of
 	// several executions are sent once a lane (pinned, runEnd), where one PostgreSQL sends one.
@@ -231,6 +207,7 @@ func New(cfg Config) (*Store, error) {
 		routes:      make([]string, 0, len(cfg.Routes)), // an empty array, not NULL, in the heartbeat
 	}
 	s.notes = newNotes(s)
+	s.callers = newCallerCommits(s)
 	s.afterCommits = newAfterCommits()
 	if s.clock == nil {
 		s.clock = clock.Real{}
@@ -247,7 +224,7 @@ func New(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("persistence: graph %q version %q registered twice", g.Name(), g.Version())
 		}
 		s.graphs[key] = g
-		s.idle[key] = startsIdle(g)
+		s.idle[key] = machine.StartsIdle(g)
 		s.keys = append(s.keys, key)
 		s.rated = append(s.rated, ratedNodes(key, g)...)
 		for _, n := range g.Nodes() {
@@ -340,305 +317,15 @@ func (s *Store) boundLocks(ctx context.Context, tx bun.IDB) error {
 	return nil
 }
 
+// readCommitted are the options of the store's transactions: READ COMMITTED, whatever the
+// database's default_transaction_isolation says. The rules read what a write's lock made current
+// (see load): under REPEATABLE READ, the read after the lock would see the snapshot of the
+// transaction's first statement, taken before the lock was granted.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
 // inTx runs fn in a transaction.
 func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {
-	return s.db.RunInTx(ctx, nil, fn)
-}
-
-// Execution is a row of the executions table. Its Revision, as the store returns it, is the
-// execution's: the greatest of the column's and of its node rows'.
-type Execution struct {
-	ID           string     `bun:"id"`
-	Lane         int16      `bun:"lane"`
-	GraphName    string     `bun:"graph_name"`
-	GraphVersion string     `bun:"graph_version"`
-	Revision     int64      `bun:"revision"`
-	ArchivedAt   *time.Time `bun:"archived_at"`
-	CreatedAt    time.Time  `bun:"created_at"`
-	UpdatedAt    time.Time  `bun:"updated_at"`
-	// WakeAt is when the execution must be advanced again without a write: its next due tick.
-	WakeAt *time.Time `bun:"wake_at"`
-	// FailurePhase counts the Retry calls, each of which re-arms the failure notification.
-	FailurePhase int `bun:"failure_phase"`
-	// Key is the key the execution was started with, nil for none. While the execution is not
-	// archived, no other execution of its graph holds it.
-	Key *string `bun:"key"`
-	// CanceledAt is when the execution was canceled (Cancel), with CancelReason; nil if it was not.
-	CanceledAt   *time.Time `bun:"canceled_at"`
-	CancelReason *string    `bun:"cancel_reason"`
-	// PausedAt is when the execution was paused (Pause), nil while it is not.
-	PausedAt *time.Time `bun:"paused_at"`
-	// Priority is the execution's priority (journey.WithPriority), which adds to each node's.
-	Priority int16 `bun:"priority"`
-	// Parent is, for a child execution (graph.Map, graph.Child), its parent's map node; nil for
-	// any other.
-	Parent *Parent `bun:"parent,type:jsonb"`
-	// Existing is set by CreateExecutions and Write, on the execution of a keyed start that held
-	// the key already: that start started nothing.
-	Existing bool `bun:"-" db:"-"`
-}
-
-// Parent is what a child execution knows of its parent: the parent's id, the map node that
-// started it, the node's generation (see MapProgress) and the child's place in its list.
-type Parent struct {
-	ID    string `json:"id"`
-	Node  string `json:"node"`
-	Gen   int64  `json:"gen"`
-	Index int    `json:"index"`
-}
-
-// Computation is one attempt of one node: the current attempt of a node row, or a row of the
-// attempts table.
-type Computation struct {
-	ID                 int64      `bun:"id"`
-	Lane               int16      `bun:"lane"`
-	ExecutionID        string     `bun:"execution_id"`
-	GraphKey           string     `bun:"graph_key"`
-	Node               string     `bun:"node"`
-	State              string     `bun:"state"`
-	Attempt            int        `bun:"attempt"`
-	MaxAttempts        int        `bun:"max_attempts"`
-	ReplicaID          *string    `bun:"replica_id"`
-	ClaimToken         *string    `bun:"claim_token"`
-	RunAt              time.Time  `bun:"run_at"`
-	ClaimedAt          *time.Time `bun:"claimed_at"`
-	Deadline           *time.Time `bun:"deadline"`
-	HeartbeatDeadline  *time.Time `bun:"heartbeat_deadline"`
-	LastHeartbeatAt    *time.Time `bun:"last_heartbeat_at"`
-	AbandonAfterMS     int64      `bun:"abandon_after_ms"`
-	HeartbeatTimeoutMS int64      `bun:"heartbeat_timeout_ms"`
-	ComputedWith       string     `bun:"computed_with"`
-	Error              *string    `bun:"error"`
-	ConcurrencyKey     *string    `bun:"concurrency_key"`
-	MaxParallel        *int       `bun:"max_parallel"`
-	CreatedAt          time.Time  `bun:"created_at"`
-	FinishedAt         *time.Time `bun:"finished_at"`
-	// AvailableAt is when the attempt last became AVAILABLE.
-	AvailableAt *time.Time `bun:"available_at"`
-	// Traceparent is the W3C traceparent of the span of the write that created the attempt, if
-	// that write was traced: the attempt's span links to it.
-	Traceparent *string `bun:"traceparent"`
-	// RateKey is the key of the attempt's rate limit (graph.RateLimit, graph.RateKey; "" for a
-	// node limited as a whole), nil for an attempt that no rate limits.
-	RateKey *string `bun:"rate_key"`
-	// The values of the execution when Claim returned the computation, shared by the computations
-	// of one execution unless claimedOwn: read them with ClaimedValues. Other reads leave them
-	// empty.
-	claimed    graph.Values
-	claimedOwn bool
-}
-
-// gated reports whether the attempt waits for a concurrency key or a parallel limit.
-func (c *Computation) gated() bool { return c.ConcurrencyKey != nil || c.MaxParallel != nil }
-
-// waits reports whether the attempt, once due, waits for a promotion: its concurrency key, its
-// parallel limit or its rate limit. A rate-limited attempt holds no slot that its end frees
-// (gated): only time frees room in its window.
-func (c *Computation) waits() bool { return c.gated() || c.RateKey != nil }
-
-// active reports whether the attempt is still to run or running.
-func (c *Computation) active() bool {
-	return c.State == StatePending || c.State == StateAvailable || c.State == StateRunning || c.State == StatePaused ||
-		c.State == StateWaiting
-}
-
-// failedForGood reports whether this attempt ended the node's budget: a failed or abandoned
-// attempt that no retry follows (the latest row of its node).
-func (c *Computation) failedForGood() bool {
-	return c.State == StateFailed || c.State == StateAbandoned
-}
-
-// signature is the upstream revisions a computation ran with.
-type signature map[string]int64
-
-// String encodes sig as json.Marshal does, keys sorted. It writes a signature of up to 8 plain
-// names by hand, in one allocation, where json.Marshal made four: every attempt made writes one.
-func (sig signature) String() string {
-	var names [8]string
-	keys := names[:0]
-	for k := range sig {
-		if len(keys) == len(names) || !plainName(k) {
-			b, _ := json.Marshal(map[string]int64(sig)) // a map of int64 always encodes
-			return string(b)
-		}
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var buf [128]byte
-	b := append(buf[:0], '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(append(append(b, '"'), k...), '"', ':')
-		b = strconv.AppendInt(b, sig[k], 10)
-	}
-	return string(append(b, '}'))
-}
-
-// plainName reports whether json.Marshal writes name as it is, between quotes: printable ASCII
-// that it neither escapes nor HTML-escapes.
-func plainName(name string) bool {
-	for i := range len(name) {
-		if c := name[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
-// parseSignature reads a signature as String or PostgreSQL's jsonb writes it: a flat object of
-// integers. It reads that form by hand, since the rules read a signature for every outcome and
-// json.Unmarshal cost 14 allocations each (4% of a drain's); anything else, an escaped name
-// say, goes to json.Unmarshal. An unreadable signature compares unequal.
-func parseSignature(s string) signature {
-	if sig, ok := scanSignature(s); ok {
-		return sig
-	}
-	sig := signature{}
-	_ = json.Unmarshal([]byte(s), &sig)
-	return sig
-}
-
-// scanSignature reads s if it is a flat JSON object of integers with ASCII names free of escapes.
-func scanSignature(s string) (signature, bool) {
-	sig := make(signature, strings.Count(s, ":"))
-	if !eachSignature(s, func(name string, rev int64) { sig[name] = rev }) {
-		return nil, false
-	}
-	return sig, true
-}
-
-// sameSignature reports whether s, a signature as parseSignature reads it, is sig; it allocates
-// nothing for a signature that scanSignature reads.
-func sameSignature(s string, sig signature) bool {
-	n, same := 0, true
-	if !eachSignature(s, func(name string, rev int64) {
-		n++
-		if w, ok := sig[name]; !ok || w != rev {
-			same = false
-		}
-	}) {
-		return parseSignature(s).equal(sig)
-	}
-	return same && n == len(sig)
-}
-
-// computedWith reports whether s, a signature as parseSignature reads it, is Signature(n, vals),
-// without making that: most advances find a node's attempt made from the values as they are.
-func computedWith(s string, n graph.Node, vals graph.Values) bool {
-	want := 0
-	for up := range n.Upstreams() {
-		if vals[up].IsSet() {
-			want++
-		}
-	}
-	seen, same := 0, true
-	if !eachSignature(s, func(name string, rev int64) {
-		seen++
-		v := vals[name]
-		same = same && v.IsSet() && v.Revision == rev && upstreamOf(n, name)
-	}) {
-		return sameSignature(s, Signature(n, vals))
-	}
-	return same && seen == want
-}
-
-// upstreamOf reports whether n's gate references name.
-func upstreamOf(n graph.Node, name string) bool {
-	for up := range n.Upstreams() {
-		if up == name {
-			return true
-		}
-	}
-	return false
-}
-
-// eachSignature calls fn with each entry of s, and reports whether s is a flat JSON object of
-// integers with ASCII names free of escapes (if not, fn may have seen some of its entries).
-func eachSignature(s string, fn func(name string, rev int64)) bool {
-	i := 0
-	skip := func() {
-		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
-			i++
-		}
-	}
-	expect := func(c byte) bool {
-		skip()
-		if i < len(s) && s[i] == c {
-			i++
-			return true
-		}
-		return false
-	}
-	if !expect('{') {
-		return false
-	}
-	if expect('}') {
-		skip()
-		return i == len(s)
-	}
-	for {
-		if !expect('"') {
-			return false
-		}
-		start := i
-		for i < len(s) && s[i] != '"' {
-			if s[i] < 0x20 || s[i] >= 0x80 || s[i] == '\\' { // an escape, a control or UTF-8
-				return false
-			}
-			i++
-		}
-		if i == len(s) {
-			return false
-		}
-		name := s[start:i]
-		i++
-		if !expect(':') {
-			return false
-		}
-		skip()
-		start = i
-		for i < len(s) && (s[i] == '-' || s[i] >= '0' && s[i] <= '9') {
-			i++
-		}
-		digits := strings.TrimPrefix(s[start:i], "-")
-		rev, err := strconv.ParseInt(s[start:i], 10, 64)
-		if err != nil || len(digits) > 1 && digits[0] == '0' {
-			return false
-		}
-		fn(name, rev)
-		if expect('}') {
-			skip()
-			return i == len(s)
-		}
-		if !expect(',') {
-			return false
-		}
-	}
-}
-
-func (sig signature) equal(other signature) bool {
-	if len(sig) != len(other) {
-		return false
-	}
-	for k, v := range sig {
-		if w, ok := other[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-// Signature returns the revisions of n's upstream nodes that are set in vals.
-func Signature(n graph.Node, vals graph.Values) map[string]int64 {
-	sig := signature{}
-	for up := range n.Upstreams() {
-		if v, ok := vals[up]; ok && v.IsSet() {
-			sig[up] = v.Revision
-		}
-	}
-	return sig
+	return s.db.RunInTx(ctx, readCommitted, fn)
 }
 
 func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
@@ -662,5 +349,5 @@ func channelName(schema string) string {
 		return name
 	}
 	sum := sha256.Sum256([]byte(schema))
-	return prefix(name, 50) + ":" + hex.EncodeToString(sum[:6])
+	return machine.Prefix(name, 50) + ":" + hex.EncodeToString(sum[:6])
 }

@@ -16,12 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/internal/telemetry"
-)
-
-// Abandonment reasons recorded in a computation's error.
-const (
-	ReasonDeadline  = "abandoned: deadline passed"
-	ReasonHeartbeat = "abandoned: heartbeat deadline passed"
+	"github.com/journey-go/journey/persistence/machine"
 )
 
 // ReasonReplica is the audit reason of an attempt abandoned because its replica went silent.
@@ -58,9 +53,6 @@ func ReasonCategory(reason string) string {
 	}
 }
 
-// errAbandoned is the cause recorded for OnSave when abandonment used up the attempts.
-var errAbandoned = errors.New("timed out")
-
 // SweepResult says what one sweep pass did.
 type SweepResult struct {
 	// Skipped is true when another replica holds the sweep lease.
@@ -69,8 +61,11 @@ type SweepResult struct {
 	Abandoned []*Computation
 	// Failed counts the attempts this pass could not abandon, because of an error (logged).
 	Failed int
-	// Canceled counts the waiting attempts of archived executions canceled by this pass.
+	// Canceled counts the archived executions whose waiting attempts this pass canceled.
 	Canceled int
+	// Repaired counts the executions that this pass wrote for what a crash left undone after a
+	// commit: map nodes woken, children made to follow their parent (see Store.repair).
+	Repaired int
 	// Promoted counts the PENDING computations made AVAILABLE.
 	Promoted int
 	// Pruned counts the rows of long-gone replicas deleted.
@@ -140,27 +135,13 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 	if err := s.abandon(ctx, opts.Limit, &res); err != nil {
 		return res, err
 	}
-	lanes, err := s.lanesWith(ctx, s.db, `SELECT c.lane FROM {s}.nodes c JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
-		WHERE c.state IN ('PENDING', 'AVAILABLE') AND e.archived_at IS NOT NULL`)
-	if err != nil {
+	if res.Repaired, err = s.repair(ctx, opts.Limit); err != nil {
 		return res, err
 	}
-	for _, lane := range lanes {
-		var canceled []struct {
-			ID int64 `bun:"id"`
-		}
-		err = s.db.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'CANCELED', error = ?, finished_at = coalesce(?::timestamptz, now())
-		FROM (SELECT c.lane, c.execution_id, c.node FROM {s}.nodes c JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
-			WHERE c.state IN ('PENDING', 'AVAILABLE') AND e.archived_at IS NOT NULL`+lanePin("c", lane)+lanePin("e", lane)+`
-			LIMIT ? FOR UPDATE OF c, e SKIP LOCKED) l
-		WHERE n.lane = l.lane AND n.execution_id = l.execution_id AND n.node = l.node`+lanePin("n", lane)+`
-		RETURNING n.attempt_id AS id`), ReasonArchived, s.clock.NowOrNil(), opts.Limit).Scan(ctx, &canceled)
-		if err != nil && !isNoRows(err) {
-			return res, fmt.Errorf("canceling the waiting work of archived executions: %w", err)
-		}
-		res.Canceled += len(canceled)
+	if res.Canceled, err = s.sweepArchived(ctx, opts.Limit); err != nil {
+		return res, err
 	}
-	if err := s.revivePaused(ctx, opts.Limit); err != nil {
+	if _, err := s.revivePaused(ctx, opts.Limit); err != nil {
 		return res, err
 	}
 	if res.Promoted, err = s.PromoteDue(ctx); err != nil {
@@ -180,6 +161,32 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 		}
 	}
 	return res, nil
+}
+
+// sweepArchived cancels the waiting attempts of up to limit archived executions, which their
+// archiving could not cancel (a replica that wrote them had not seen the archive): an execution at a
+// time (machine.SweepArchived). It returns how many executions it wrote.
+func (s *Store) sweepArchived(ctx context.Context, limit int) (int, error) {
+	var ids []string
+	err := s.db.NewRaw(s.q(`SELECT DISTINCT c.execution_id FROM {s}.nodes c JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
+		WHERE c.state IN ('PENDING', 'AVAILABLE', 'PAUSED') AND e.archived_at IS NOT NULL AND c.graph_key IN (?)
+		LIMIT ?`), bun.List(s.keys), limit).Scan(ctx, &ids)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("finding the waiting work of archived executions: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		switch err := s.event(ctx, id, s.boundLocks, machine.SweepArchived{}); {
+		case err == nil:
+			n++
+		case ctx.Err() != nil:
+			return n, ctx.Err()
+		default:
+			s.logger.Warn("canceling the waiting work of an archived execution failed; the next sweep tries again",
+				"service", "sweeper", "execution_id", id, "error", err)
+		}
+	}
+	return n, nil
 }
 
 // abandon abandons up to limit expired attempts, each in a transaction of its own, in id order.
@@ -381,7 +388,7 @@ func (s *Store) abandonFailed(ctx context.Context, pass int64, row expired, caus
 // written, and the attempt must not keep its slot, or come back at every pass, for ever. It
 // returns nil if the attempt was no longer to abandon.
 func (s *Store) abandonAlone(ctx context.Context, row expired, failures int, cause error) (*Computation, error) {
-	msg := storable(fmt.Sprintf("%s%s (%d tries), and abandoned it alone: %v", row.Reason, gaveUp, failures, cause))
+	msg := machine.Storable(fmt.Sprintf("%s%s (%d tries), and abandoned it alone: %v", row.Reason, gaveUp, failures, cause))
 	var got []*Computation
 	err := s.inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if err := s.boundLocks(ctx, tx); err != nil {
@@ -427,17 +434,13 @@ func (s *Store) abandonOne(ctx context.Context, row expired) (c *Computation, er
 	}()
 	// A writer that holds the execution's lock (its completion, say) is waited for, as long as
 	// the lock timeout: the attempt is then found finished, or fails to abandon this pass.
-	err = s.write(ctx, row.ExecutionID, s.boundLocks, func(_ context.Context, _ *txn, st *execState) error {
-		c = st.latest[row.Node]
-		if c == nil || c.State != StateRunning || deref(c.ClaimToken) != deref(row.ClaimToken) {
-			return errNothingToDo
-		}
-		if s.hooks.Abandoning != nil {
+	err = s.write(ctx, row.ExecutionID, s.boundLocks, func(_ context.Context, _ *txn, p *machine.Plan, env machine.Env) error {
+		if c = p.Latest(row.Node); c != nil && s.hooks.Abandoning != nil && c.State == StateRunning && deref(c.ClaimToken) == deref(row.ClaimToken) {
 			s.hooks.Abandoning(c)
 		}
-		return st.abandon(c, row.Reason)
+		return p.Step(machine.Abandon{Node: row.Node, Token: deref(row.ClaimToken), Reason: row.Reason}, env)
 	})
-	if errors.Is(err, errNothingToDo) {
+	if errors.Is(err, machine.ErrNothingToDo) {
 		return nil, nil
 	}
 	return c, err

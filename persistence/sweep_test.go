@@ -92,7 +92,7 @@ func TestSweepGivesUpOnAnAttemptItCanNeverAbandon(t *testing.T) {
 	got := b.latest(t, stuck, "y")
 	require.Equal(t, c.ID, got.ID, "no retry")
 	require.Equal(t, StateAbandoned, got.State)
-	require.True(t, got.failedForGood(), "its node has failed")
+	require.True(t, got.FailedForGood(), "its node has failed")
 	require.Contains(t, *got.Error, ReasonReplica("dead")+gaveUp)
 	require.Contains(t, *got.Error, "lock timeout")
 	require.Equal(t, CategoryReplicaStale, ReasonCategory(*got.Error))

@@ -7,58 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/journey-go/journey/graph"
 )
-
-func TestStorable(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"":                "",
-		"plain":           "plain",
-		"ünïcode ✓":       "ünïcode ✓",
-		"a\x00b\x00":      "a\uFFFDb\uFFFD",
-		"a\xffb\xc3":      "a\uFFFDb\uFFFD",
-		"\xe2\x9c x\x00y": "\uFFFD x\uFFFDy",
-	} {
-		require.Equal(t, want, storable(in), "storable(%q)", in)
-	}
-
-	at := strings.Repeat("a", maxTextBytes)
-	require.Equal(t, at, storable(at), "a text at the limit is kept whole")
-	long := strings.Repeat("✓", maxTextBytes) // 3 bytes each
-	got := storable(long)
-	require.LessOrEqual(t, len(got), maxTextBytes)
-	require.True(t, utf8.ValidString(got), "cut at a character boundary")
-	kept := strings.Count(got, "✓")
-	require.Equal(t, fmt.Sprintf("%s… (%d bytes cut)", strings.Repeat("✓", kept), len(long)-3*kept), got)
-}
-
-func TestCheckKey(t *testing.T) {
-	t.Parallel()
-	for key, want := range map[string]string{
-		"":                                 "",
-		"tenant-42":                        "",
-		"größe ✓":                          "",
-		strings.Repeat("k", maxKeyBytes):   "",
-		"k\x00":                            "it holds a NUL character (byte 1)",
-		"ab\xff":                           "it is not valid UTF-8 (byte 2 is 0xff)",
-		strings.Repeat("k", maxKeyBytes+1): "it is 1025 bytes long, over the limit of 1024",
-	} {
-		err := checkKey(key)
-		if want == "" {
-			require.NoError(t, err, "checkKey(%q)", key)
-		} else {
-			require.EqualError(t, err, want, "checkKey(%q)", key)
-		}
-	}
-}
 
 func TestRefused(t *testing.T) {
 	t.Parallel()

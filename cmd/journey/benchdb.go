@@ -412,7 +412,7 @@ type promotionStats struct {
 const (
 	promoteChooseSQL = `WITH RECURSIVE oldest AS ( (SELECT c.attempt_id AS id, c.lane, c.execution_id, c.concurrency_key, %`
 	promoteCountSQL  = `SELECT graph_key, node, count(*) AS n FROM % WHERE state IN (%) AND max_parallel IS NOT NULL GROUP BY graph_key, node`
-	promoteUpdateSQL = `UPDATE %.nodes c SET state = $%, available_at = $% FROM (SELECT n.lane, n.execution_id, n.node, n.state FROM unnest(%`
+	promoteUpdateSQL = `UPDATE %.nodes c SET state = $%, available_at = $%, rev = l.rev FROM (SELECT n.lane, n.execution_id, n.node, n.state, %`
 )
 
 // promotions reads the gated attempts of the schema and, when pg_stat_statements can be read,

@@ -1,4 +1,4 @@
-package persistence
+package machine
 
 import (
 	"bytes"
@@ -107,3 +107,7 @@ func hugeExponent(n json.Number) bool {
 	e, err := strconv.ParseInt(strings.TrimPrefix(string(n[i+1:]), "+"), 10, 64)
 	return err != nil || e > 1<<17 || e < -(1<<17)
 }
+
+// JSONEqual reports whether two JSON texts are equal as PostgreSQL's jsonb compares them (see
+// jsonEqual): whether a write of b over a changes the value.
+func JSONEqual(a, b []byte) bool { return jsonEqual(a, b) }
