@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -291,4 +292,73 @@ func TestMapCountsAChildArchivedByHand(t *testing.T) {
 	v, err := rt.Get(ctx, ex.ID, "charges", journey.WaitAny())
 	require.NoError(t, err)
 	require.JSONEq(t, `["a", {"failed": true, "execution": "`+stuck+`", "error": "archived"}]`, string(v.Raw))
+}
+
+// A map node whose execution is paused or archived while its attempt runs starts its children as
+// the pause or the archive would have left them (its cascade): paused, or archived, so that none
+// runs while its parent is held. Resumed, the parent's children run and the map collects them;
+// archived, they have ended, and the map fails with them, as after an archive that came later.
+func TestMapStartsItsChildrenAsItsParentIsHeld(t *testing.T) {
+	t.Parallel()
+	for _, hold := range []string{"pause", "archive"} {
+		t.Run(hold, func(t *testing.T) {
+			t.Parallel()
+			var ran atomic.Int32
+			line := lineGraph(func(ctx context.Context, in graph.Values) (any, error) {
+				ran.Add(1)
+				return in.String("sku"), nil
+			})
+			splitting, split := make(chan struct{}), make(chan struct{})
+			var once, freed sync.Once
+			free := func() { freed.Do(func() { close(split) }) }
+			t.Cleanup(free)
+			order := graph.MustNew("order", "v1", []graph.Node{
+				graph.Input("lines"),
+				graph.Map("charges", graph.Needs("lines"), line, func(in graph.Values) ([]map[string]any, error) {
+					once.Do(func() { close(splitting) })
+					<-split // the attempt runs while its execution is held
+					return []map[string]any{{"sku": "a", "cents": 1}, {"sku": "b", "cents": 2}}, nil
+				}, graph.Result("charged")),
+			})
+			rt := newRuntime(t, testConfig(t, order, line))
+			ctx := testCtx(t)
+			ex, err := rt.Start(ctx, order, journey.WithValues(map[string]any{"lines": 2}))
+			require.NoError(t, err)
+			select {
+			case <-splitting:
+			case <-ctx.Done():
+				t.Fatal("the map node never ran")
+			}
+			if hold == "pause" {
+				require.NoError(t, rt.Pause(ctx, ex.ID))
+			} else {
+				require.NoError(t, rt.Archive(ctx, ex.ID))
+			}
+			free()
+			if hold == "pause" {
+				waitMap(t, rt, ex.ID)
+			} else { // its children have all ended, archived: the map fails with them
+				waitFor(t, "the map to fail", func() bool { return countStates(t, rt, ex.ID, "charges")[journey.StateFailed] == 1 })
+			}
+
+			children := childrenOf(t, rt, ex.ID)
+			require.Len(t, children, 2)
+			for _, c := range children {
+				if hold == "pause" {
+					require.NotNil(t, c.PausedAt, "child %d of a paused parent starts unpaused", c.Parent.Index)
+					require.Equal(t, map[journey.ComputationState]int{journey.StatePaused: 1}, countStates(t, rt, c.ID, "charged"))
+				} else {
+					require.NotNil(t, c.ArchivedAt, "child %d of an archived parent starts unarchived", c.Parent.Index)
+					require.Equal(t, map[journey.ComputationState]int{journey.StateCanceled: 1}, countStates(t, rt, c.ID, "charged"))
+				}
+			}
+			require.Zero(t, ran.Load(), "a child of a held parent ran")
+			if hold == "pause" {
+				require.NoError(t, rt.Resume(ctx, ex.ID))
+				v, err := rt.Get(ctx, ex.ID, "charges", journey.WaitAny())
+				require.NoError(t, err)
+				require.JSONEq(t, `["a", "b"]`, string(v.Raw))
+			}
+		})
+	}
 }

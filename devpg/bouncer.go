@@ -181,13 +181,22 @@ logfile = %s
 		}
 	}
 
-	b.cmd = exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini")) //nolint:gosec,noctx // our binary and file; it lives past ctx
-	b.cmd.Dir = b.dir
-	b.cmd.Env = serverEnv()
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	setPdeathsig(b.cmd.SysProcAttr, syscall.SIGKILL)
-	if err := b.cmd.Start(); err != nil {
-		return fmt.Errorf("starting pgbouncer: %w", err)
+	// A copy just written may be held open for writing by a process forked meanwhile, before its
+	// exec closes what it inherited (golang/go#22315): its exec fails with ETXTBSY, briefly.
+	for try := 1; ; try++ {
+		b.cmd = exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini")) //nolint:gosec,noctx // our binary and file; it lives past ctx
+		b.cmd.Dir = b.dir
+		b.cmd.Env = serverEnv()
+		b.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		setPdeathsig(b.cmd.SysProcAttr, syscall.SIGKILL)
+		err := b.cmd.Start()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ETXTBSY) || try == 20 {
+			return fmt.Errorf("starting pgbouncer: %w", err)
+		}
+		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
 	}
 	go func() {
 		_ = b.cmd.Wait()

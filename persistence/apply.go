@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -90,9 +89,12 @@ func (s *Store) afterCommit(ctx context.Context, t *txn) {
 // finish applies the plans ps of t: it claims for this replica what they made ready, if claims is
 // set and its dispatcher has room, and queues the statements that claim their events, write their
 // node rows, the values and attempts they replaced, their executions' cold columns and their
-// children's ends, promotes what they made due, and queues the notifications. The statements go
-// with the COMMIT, one per table for all of ps, but for a write that promotes gated work, whose
-// node rows go first: the promotion reads them. The caller commits, and afterCommit follows.
+// children's ends, and the notifications. The statements go with the COMMIT, one per table for
+// all of ps: a write is one trip to load, one to write. Gated work that the plans made due, or
+// whose slot they freed, is promoted by the dispatchers, woken by the write's NOTIFY
+// (PayloadPromote); but a batch of outcomes (t.promoteHere), whose ends free slots that the next
+// attempts wait for, promotes in its own transaction, after its node rows, which the promotion
+// reads. The caller commits, and afterCommit follows.
 func (s *Store) finish(ctx context.Context, t *txn, ps []*machine.Plan, claims bool) error {
 	promote := false
 	for _, p := range ps {
@@ -102,35 +104,11 @@ func (s *Store) finish(ctx context.Context, t *txn, ps []*machine.Plan, claims b
 		promote = promote || p.Promote()
 	}
 	t.plans = append(t.plans, ps...)
-	steps := s.applySteps(t, ps)
+	t.tail = append(t.tail, s.applySteps(t, ps)...)
+	if promote && (t.caller || !t.promoteHere) {
+		t.notes = append(t.notes, PayloadPromote) // a dispatcher promotes, once it has committed
+	}
 	work := false
-	if promote && t.caller {
-		t.notes = append(t.notes, PayloadPromote) // see inCaller
-		promote = false
-	}
-	if promote {
-		if err := t.send(ctx, steps...); err != nil {
-			return err
-		}
-		steps = nil
-		promoted, err := s.promoteGated(ctx, t, ps[0].Now(), false)
-		switch {
-		case errors.Is(err, errPromotionBusy):
-			t.promoteLater = !ps[0].PromoteByCaller()
-		case err != nil:
-			return err
-		}
-		work = len(promoted) > 0
-		byID := make(map[string]*machine.Plan, len(ps))
-		for _, p := range ps {
-			byID[p.Exec().ID] = p
-		}
-		for _, r := range promoted {
-			if p := byID[r.ExecutionID]; p != nil {
-				p.Promoted(r.Node, r.Rev) // the write's own: its revision is the execution's after the promotion
-			}
-		}
-	}
 	var changed []string
 	for _, p := range ps {
 		work = work || p.Work() || p.LeftAvailable()
@@ -148,7 +126,6 @@ func (s *Store) finish(ctx context.Context, t *txn, ps []*machine.Plan, claims b
 		}
 	}
 	t.notes = append(t.notes, s.payloads(work, changed)...)
-	t.tail = append(t.tail, steps...)
 	return nil
 }
 

@@ -141,7 +141,13 @@ func (s *Store) startIn(ctx context.Context, t *txn, rg *graph.Graph, items []ma
 			continue
 		}
 		x := loaded(*e, rg, nil)
-		p, err := machine.Step(x, machine.Start{Values: items[i]}, s.env(ctx, e.CreatedAt, x.GraphKey))
+		env := s.env(ctx, e.CreatedAt, x.GraphKey)
+		p, err := machine.Step(x, machine.Start{Values: items[i]}, env)
+		for _, ev := range ins.follow {
+			if err == nil {
+				err = p.Step(ev, env)
+			}
+		}
 		if len(items) > 1 && errors.Is(err, ErrInvalidValue) {
 			err = fmt.Errorf("inputs[%d]: %w", i, err)
 		}
@@ -165,6 +171,8 @@ type inserts struct {
 	prios []int16  // one per start (journey.WithPriority), or nil for none
 	// parents are the starts' Parent, as JSON, one per start, or nil for none (see StartChildren).
 	parents []string
+	// follow are the events each execution takes once started: its parent's pause or archive.
+	follow []machine.Event
 	// execs holds the execution of each start that has been found: the one it inserted, or the
 	// one that held its key, or that an earlier try of the start made; made tells which it
 	// inserted. pending are the others.

@@ -133,16 +133,16 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 		if err := t.begin(ctx); err != nil {
 			return err
 		}
-		var holds bool
-		err := t.pg.QueryRow(ctx, s.q(`SELECT EXISTS (SELECT 1 FROM {s}.executions e
+		var paused, archived bool
+		err := t.pg.QueryRow(ctx, s.q(`SELECT e.paused_at IS NOT NULL, e.archived_at IS NOT NULL FROM {s}.executions e
 			JOIN {s}.nodes n ON n.lane = e.lane AND n.execution_id = e.id
 			WHERE e.lane = $1 AND e.id = $2 AND n.lane = $1 AND n.node = $3 AND n.attempt_id = $4 AND n.state = 'RUNNING'
-				AND n.claim_token = $5::uuid AND e.canceled_at IS NULL FOR UPDATE OF e, n)`), lane, c.ExecutionID, c.Node, c.ID, deref(c.ClaimToken)).Scan(&holds)
+				AND n.claim_token = $5::uuid AND e.canceled_at IS NULL FOR UPDATE OF e, n`), lane, c.ExecutionID, c.Node, c.ID, deref(c.ClaimToken)).Scan(&paused, &archived)
+		if errors.Is(err, pgx.ErrNoRows) { // or its execution was canceled: its outcome, whatever it is, ends it CANCELED
+			return fmt.Errorf("%w, or its execution was canceled", ErrClaimLost)
+		}
 		if err != nil {
 			return fmt.Errorf("locking %s: %w", c.ExecutionID, err)
-		}
-		if !holds { // or its execution was canceled: its outcome, whatever it is, ends it CANCELED
-			return fmt.Errorf("%w, or its execution was canceled", ErrClaimLost)
 		}
 		if items != nil {
 			_, err := t.pg.Exec(ctx, s.q(`INSERT INTO {s}.map_progress (lane, execution_id, node, gen, sig, total, done)
@@ -153,7 +153,15 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 			if err != nil {
 				return fmt.Errorf("writing the progress of node %q of %s: %w", c.Node, c.ExecutionID, err)
 			}
-			if err := s.startChildren(ctx, t, c, rg, items); err != nil {
+			// The children are made as the parent's pause or archive would have left them (cascade).
+			var follow []machine.Event
+			if paused {
+				follow = append(follow, machine.Pause{})
+			}
+			if archived {
+				follow = append(follow, machine.Archive{})
+			}
+			if err := s.startChildren(ctx, t, c, rg, items, follow); err != nil {
 				return err
 			}
 		}
@@ -181,9 +189,10 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 }
 
 // startChildren starts, in t, one execution of rg for each of items, as children of c's
-// generation. A key that an execution of another generation holds still is an error: its
-// generation was not ended (EndChildren), and the attempt tries again.
-func (s *Store) startChildren(ctx context.Context, t *txn, c *Computation, rg *graph.Graph, items []map[string]json.RawMessage) error {
+// generation, each then taking the events follow. A key that an execution of another generation
+// holds still is an error: its generation was not ended (EndChildren), and the attempt tries
+// again.
+func (s *Store) startChildren(ctx context.Context, t *txn, c *Computation, rg *graph.Graph, items []map[string]json.RawMessage, follow []machine.Event) error {
 	keys, parents := make([]string, len(items)), make([]string, len(items))
 	for i := range items {
 		keys[i] = ChildKey(c.ExecutionID, c.Node, i)
@@ -197,7 +206,7 @@ func (s *Store) startChildren(ctx context.Context, t *txn, c *Computation, rg *g
 	if err != nil {
 		return err
 	}
-	ins.parents = parents
+	ins.parents, ins.follow = parents, follow
 	if _, _, err := s.startIn(ctx, t, rg, items, ins); err != nil {
 		return err
 	}
@@ -258,11 +267,29 @@ func (s *Store) cascade(ctx context.Context, id string, c machine.Cascade) (int,
 	return len(children), nil
 }
 
-// repair does what a crash between a commit and its afterCommit left undone, up to limit of each:
-// it wakes the map nodes that wait though their children have all ended, and carries the
-// cancel, pause or archive of a parent to those of its children that do not follow it yet. It
-// returns how many executions it wrote.
-func (s *Store) repair(ctx context.Context, limit int) (int, error) {
+// Repair does what a crash between a commit and what follows it (afterCommit), or a replica that
+// had not heard of a change, left undone, up to limit of each: it wakes the map nodes that wait
+// though their children have all ended; it carries the cancel, pause or archive of a parent to
+// those of its children that do not follow it yet; it cancels the waiting attempts of archived
+// executions (sweepArchived) and makes ready the PAUSED ones that nothing pauses any more
+// (revivePaused). It returns how many executions it wrote. The sweeper runs it every so often
+// (sweeper.Config.RepairEvery), beside its passes.
+func (s *Store) Repair(ctx context.Context, limit int) (int, error) {
+	archived, err := s.sweepArchived(ctx, limit)
+	if err != nil {
+		return archived, err
+	}
+	revived, err := s.revivePaused(ctx, limit)
+	if err != nil {
+		return archived + revived, err
+	}
+	n, err := s.repairCrashes(ctx, limit)
+	return archived + revived + n, err
+}
+
+// repairCrashes wakes the map nodes that wait though their children have all ended, and carries
+// a parent's change to the children that do not follow it (see Repair).
+func (s *Store) repairCrashes(ctx context.Context, limit int) (int, error) {
 	var full []mapRef
 	err := s.db.NewRaw(s.q(`SELECT n.execution_id, n.node, true AS full FROM {s}.nodes n
 		JOIN {s}.map_progress m ON m.lane = n.lane AND m.execution_id = n.execution_id AND m.node = n.node

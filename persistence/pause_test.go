@@ -40,8 +40,8 @@ func TestSweepRevivesWhatNoPauseHolds(t *testing.T) {
 	left, held := start(), start()
 	require.NoError(t, b.store.SetPaused(ctx, held, true))
 	require.Equal(t, StatePaused, stateOf(left))
-	sweep := func() {
-		_, err := b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 100})
+	sweep := func() { // the sweeper's repair
+		_, err := b.store.Repair(ctx, 100)
 		require.NoError(t, err)
 	}
 	sweep()

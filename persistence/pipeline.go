@@ -44,6 +44,9 @@ type txn struct {
 	// promotion lock was busy: afterCommit does both.
 	wakes        []mapRef
 	promoteLater bool
+	// promoteHere: the write is a batch of outcomes, which promotes what they made due in its own
+	// transaction (see finish).
+	promoteHere bool
 	// deferred are the executions whose Sets, in an application's transaction of REPEATABLE READ
 	// or SERIALIZABLE, leave their advance for after its commit (see setValuesOf).
 	deferred []string

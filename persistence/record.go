@@ -4,11 +4,47 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/journey-go/journey/persistence/machine"
 )
+
+// promoteWithin promotes, in t, the gated work that the plans ps of a batch of outcomes made due or
+// freed a slot for: their ends free the slots that the next attempts wait for. Their node rows go
+// first, as the promotion reads them. A promotion lock that another transaction holds is left for
+// after the commit (afterCommit).
+func (s *Store) promoteWithin(ctx context.Context, t *txn, ps []*machine.Plan) error {
+	if !slices.ContainsFunc(ps, (*machine.Plan).Promote) {
+		return nil
+	}
+	if err := t.send(ctx, t.tail...); err != nil {
+		return err
+	}
+	t.tail = nil
+	promoted, err := s.promoteGated(ctx, t, ps[0].Now(), false)
+	switch {
+	case errors.Is(err, errPromotionBusy):
+		t.promoteLater = !ps[0].PromoteByCaller()
+		return nil
+	case err != nil:
+		return err
+	}
+	byID := make(map[string]*machine.Plan, len(ps))
+	for _, p := range ps {
+		byID[p.Exec().ID] = p
+	}
+	for _, r := range promoted {
+		if p := byID[r.ExecutionID]; p != nil {
+			p.Promoted(r.Node, r.Rev) // the write's own: its revision is the execution's after the promotion
+		}
+	}
+	if len(promoted) > 0 {
+		t.notes = append(t.notes, PayloadWork)
+	}
+	return nil
+}
 
 // Outcome is how one claimed attempt ended, for Record.
 type Outcome struct {
@@ -89,7 +125,11 @@ func (s *Store) Record(ctx context.Context, outs []Outcome) ([]error, error) {
 			return nil
 		}
 		// Ending attempts, the write needs no mark: the roll finds them by their finished_at.
-		return s.finish(ctx, t, ps, true)
+		t.promoteHere = true
+		if err := s.finish(ctx, t, ps, true); err != nil {
+			return err
+		}
+		return s.promoteWithin(ctx, t, ps)
 	})
 	if hasCode(err, lockNotAvailable) {
 		return nil, s.recordGaveUp(ctx, outs, err)

@@ -14,7 +14,7 @@ import (
 )
 
 // A crash between a parent's commit and the walk to its children leaves them as they were: the
-// sweep carries the parent's cancel, pause and archive to them, and wakes a map node that waits
+// repair carries the parent's cancel, pause and archive to them, and wakes a map node that waits
 // though its children have all ended.
 func TestSweepRepairsWhatACrashLeftAfterACommit(t *testing.T) {
 	t.Parallel()
@@ -42,9 +42,9 @@ func TestSweepRepairsWhatACrashLeftAfterACommit(t *testing.T) {
 	b.exec(t, `INSERT INTO {s}.map_progress (lane, execution_id, node, gen, sig, total, done) VALUES (?, ?, 'y', 1, '{}', 2, 2)`,
 		LaneOf(waiting), waiting)
 
-	res, err := b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 100})
+	repaired, err := b.store.Repair(ctx, 100)
 	require.NoError(t, err)
-	require.Equal(t, 4, res.Repaired, "three parents' children, and a map node")
+	require.Equal(t, 5, repaired, "three parents' children, a map node, and the archived parent's waiting attempt")
 	e, err := b.store.LoadExecution(ctx, c1)
 	require.NoError(t, err)
 	require.NotNil(t, e.CanceledAt, "the child of the canceled parent is canceled")
@@ -59,9 +59,9 @@ func TestSweepRepairsWhatACrashLeftAfterACommit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, StateAvailable, ns.Latest.State, "the map node is woken, to collect its children")
 
-	res, err = b.store.Sweep(ctx, SweepOptions{Holder: "r1", Limit: 100})
+	repaired, err = b.store.Repair(ctx, 100)
 	require.NoError(t, err)
-	require.Equal(t, 0, res.Repaired, "nothing left to repair")
+	require.Equal(t, 0, repaired, "nothing left to repair")
 }
 
 // The store's transactions are READ COMMITTED whatever the database's default says: the read after

@@ -28,7 +28,7 @@ func keyedGraph(name string, opts ...graph.NodeOption) *graph.Graph {
 	})
 }
 
-// start creates an execution of g with its inputs set.
+// start creates an execution of g with its inputs set, and promotes what it made due.
 func (b *bundle) start(t *testing.T, g *graph.Graph, inputs map[string]any) string {
 	t.Helper()
 	ctx := context.Background()
@@ -44,6 +44,10 @@ func (b *bundle) start(t *testing.T, g *graph.Graph, inputs map[string]any) stri
 		_, err = b.store.SetValues(ctx, e.ID, set, nil, nil)
 		require.NoError(t, err)
 	}
+	// A write promotes no gated work: it announces it (PayloadPromote), and a dispatcher
+	// promotes.
+	_, err = b.store.PromoteDue(ctx)
+	require.NoError(t, err)
 	return e.ID
 }
 

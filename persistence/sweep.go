@@ -61,11 +61,6 @@ type SweepResult struct {
 	Abandoned []*Computation
 	// Failed counts the attempts this pass could not abandon, because of an error (logged).
 	Failed int
-	// Canceled counts the archived executions whose waiting attempts this pass canceled.
-	Canceled int
-	// Repaired counts the executions that this pass wrote for what a crash left undone after a
-	// commit: map nodes woken, children made to follow their parent (see Store.repair).
-	Repaired int
 	// Promoted counts the PENDING computations made AVAILABLE.
 	Promoted int
 	// Pruned counts the rows of long-gone replicas deleted.
@@ -133,15 +128,6 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 		return res, err
 	}
 	if err := s.abandon(ctx, opts.Limit, &res); err != nil {
-		return res, err
-	}
-	if res.Repaired, err = s.repair(ctx, opts.Limit); err != nil {
-		return res, err
-	}
-	if res.Canceled, err = s.sweepArchived(ctx, opts.Limit); err != nil {
-		return res, err
-	}
-	if _, err := s.revivePaused(ctx, opts.Limit); err != nil {
 		return res, err
 	}
 	if res.Promoted, err = s.PromoteDue(ctx); err != nil {

@@ -31,7 +31,16 @@ stop() {
 	rm -rf "$data"
 }
 trap stop EXIT
-bash "$tools/citus-cluster.sh" start "$PREFIX" "$data/cluster" "$PORT"
+# A port of the three can be taken, by a listener or by a connection's local end (the ephemeral
+# ports span 32768-60999): then the cluster starts on the next three, five tries at most.
+for try in 1 2 3 4 5; do
+	bash "$tools/citus-cluster.sh" start "$PREFIX" "$data/cluster" "$PORT" && break
+	[[ $try == 5 || -n ${CITUS_PORT:-} ]] && { tail -n 3 "$data"/cluster/*.log; exit 1; }
+	stop
+	mkdir -p "$data" && chmod 755 "$data"
+	PORT=$((PORT + 3))
+	echo "== a port was taken: the cluster starts on $PORT"
+done
 # Fewer shards than Citus's 32 a table: each test's schema distributes seven tables.
 "$PREFIX/usr/lib/postgresql/15/bin/psql" -X -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres \
 	-c "ALTER DATABASE postgres SET citus.shard_count = 8"

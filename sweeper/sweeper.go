@@ -23,6 +23,9 @@ const (
 	DefaultStrandedEvery = time.Minute
 	// DefaultInsightsEvery is how often the sweep lease holder rolls the insights up.
 	DefaultInsightsEvery = 10 * time.Second
+	// DefaultRepairEvery is how often the sweep lease holder repairs what a crash left after a
+	// commit (persistence.Store.Repair).
+	DefaultRepairEvery = 10 * time.Second
 	// DefaultRetention is how long finished attempts, value history and delivered notifications
 	// are kept.
 	DefaultRetention = 7 * 24 * time.Hour
@@ -56,7 +59,14 @@ type Config struct {
 	// InsightsEvery is how often the replica that holds the sweep lease brings the cells behind
 	// Insights up to date, apart from its passes. Default 10 seconds.
 	InsightsEvery time.Duration
-	Logger        *slog.Logger
+	// RepairEvery is how often the replica that holds the sweep lease repairs what a crash of a
+	// replica left undone after a commit, or a replica that had not heard of a change
+	// (persistence.Store.Repair: the children that do not follow their parent's cancel, pause or
+	// archive, the map nodes whose children have all ended and that wait, the waiting attempts of
+	// archived executions, the PAUSED attempts that no pause holds), apart from its passes. Default
+	// 2 × Interval, at most DefaultRepairEvery.
+	RepairEvery time.Duration
+	Logger      *slog.Logger
 	// Telemetry counts the abandonments. Default: none.
 	Telemetry *telemetry.Telemetry
 	// Halted, if set, reports whether the replica has halted (another process took its id, or
@@ -81,9 +91,13 @@ type Sweeper struct {
 	// (canceled by stopRoll) stops.
 	rolledAt time.Time
 	rollBusy atomic.Bool
-	rolling  sync.WaitGroup
-	rollCtx  context.Context
-	stopRoll context.CancelFunc
+	// repairedAt is when the last repair began (see Config.RepairEvery); repairBusy is true while
+	// one runs, in a goroutine of its own, which rolling counts and rollCtx stops, as a roll's.
+	repairedAt time.Time
+	repairBusy atomic.Bool
+	rolling    sync.WaitGroup
+	rollCtx    context.Context
+	stopRoll   context.CancelFunc
 }
 
 // New returns a Sweeper with defaults filled in.
@@ -105,6 +119,9 @@ func New(cfg Config) *Sweeper {
 	}
 	if cfg.InsightsEvery <= 0 {
 		cfg.InsightsEvery = DefaultInsightsEvery
+	}
+	if cfg.RepairEvery <= 0 {
+		cfg.RepairEvery = min(2*cfg.Interval, DefaultRepairEvery)
 	}
 	if cfg.ReplicaRetention <= 0 {
 		cfg.ReplicaRetention = DefaultReplicaRetention
@@ -173,9 +190,6 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 	if res.Promoted > 0 {
 		s.logger.Debug("computations promoted", "count", res.Promoted)
 	}
-	if res.Canceled > 0 {
-		s.logger.Info("waiting computations of archived executions canceled", "count", res.Canceled)
-	}
 	if res.Pruned > 0 {
 		s.logger.Info("heartbeat rows of long-gone replicas pruned", "count", res.Pruned)
 	}
@@ -184,7 +198,29 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 	}
 	s.warnStranded(ctx)
 	s.rollInsights()
+	s.repair()
 	return res, nil
+}
+
+// repair starts repairing what a crash left after a commit (persistence.Store.Repair), apart from
+// the pass, every RepairEvery at most, unless the last repair still runs. Release stops it.
+func (s *Sweeper) repair() {
+	if !due(&s.repairedAt, s.cfg.RepairEvery) || !s.repairBusy.CompareAndSwap(false, true) {
+		return
+	}
+	s.rolling.Add(1)
+	go func() {
+		defer s.rolling.Done()
+		defer s.repairBusy.Store(false)
+		n, err := s.cfg.Store.Repair(s.rollCtx, s.cfg.BatchSize)
+		switch {
+		case err != nil && s.rollCtx.Err() == nil:
+			s.logger.Warn("repairing what a crash left after a commit failed; the next repair tries again", "error", err)
+		case n > 0:
+			s.logger.Info("repaired what a crash or an unheard change left: children made to follow their parent, map nodes woken, "+
+				"waiting attempts of archived executions canceled, attempts no pause holds made ready", "executions", n)
+		}
+	}()
 }
 
 // rollInsights starts bringing the cells behind Insights up to date, apart from the pass, every

@@ -54,17 +54,19 @@ const (
 
 // TestSoak runs three replica processes for JOURNEY_SOAK_DURATION (default 60s) under a steady
 // stream of executions (JOURNEY_SOAK_RATE a second, default 10) of the soak graphs: a chain, a
-// fan-out and join, a gated node and a recurring tick (see soakKinds). One execution in ten of
-// the first three graphs fails for good, by design. Meanwhile it SIGKILLs a random replica every
-// 20s and starts a new one in its place, freezes one replica (SIGSTOP, then SIGCONT) for longer
-// than the heartbeat timeout, and restarts PostgreSQL once. Then it stops producing, waits until
-// nothing is left to do, and audits the database. It prints one line,
+// fan-out and join, a gated node, a recurring tick, a map whose children charge its lines, and a
+// rate-limited node (see soakKinds). One execution in ten of the graphs that can fail fails for
+// good, by design; of the others, one in ten is canceled at once, one paused and resumed, one
+// archived and unarchived (see soakOp). Meanwhile it SIGKILLs a random replica every 20s and
+// starts a new one in its place, freezes one replica (SIGSTOP, then SIGCONT) for longer than the
+// heartbeat timeout, and restarts PostgreSQL once. Then it stops producing, waits until nothing is
+// left to do, and audits the database. It prints one line,
 //
-//	soak: executions=N kills=K max_detect_s=X lost=0 doubled=0 stuck=0
+//	soak: executions=N kills=K max_detect_s=X lost=0 doubled=0 stuck=0 broken=0
 //
-// and fails if lost, doubled or stuck is not zero, if the producer could not start an
-// execution, or if a handler was called twice for an event with no kill or restart to explain
-// it. It logs the evidence of each problem: the rows, their replicas and errors, and what the
+// and fails if lost, doubled, stuck or broken (the state machine's invariants: see
+// auditInvariants) is not zero, if the producer could not start an execution, or if a handler
+// was called twice for an event with no kill or restart to explain it. It logs the evidence of each problem: the rows, their replicas and errors, and what the
 // replicas logged about them.
 //
 // It runs alone (no t.Parallel): its figures are timings under a known load.
@@ -115,13 +117,13 @@ func TestSoak(t *testing.T) {
 	r := s.audit(t)
 	s.saveOutputs(t)
 
-	fmt.Printf("soak: executions=%d kills=%d max_detect_s=%.1f lost=%d doubled=%d stuck=%d\n",
-		len(s.produced), len(s.kills), r.maxDetect.Seconds(), r.lost, r.doubled, r.stuck)
+	fmt.Printf("soak: executions=%d kills=%d max_detect_s=%.1f lost=%d doubled=%d stuck=%d broken=%d\n",
+		len(s.produced), len(s.kills), r.maxDetect.Seconds(), r.lost, r.doubled, r.stuck, r.broken)
 	for _, err := range s.prodErrs {
 		t.Errorf("producer: %v", err)
 	}
-	if r.lost+r.doubled+r.stuck > 0 {
-		t.Errorf("lost=%d doubled=%d stuck=%d: see the log above for the executions and rows", r.lost, r.doubled, r.stuck)
+	if r.lost+r.doubled+r.stuck+r.broken > 0 {
+		t.Errorf("lost=%d doubled=%d stuck=%d broken=%d: see the log above for the executions and rows", r.lost, r.doubled, r.stuck, r.broken)
 	}
 }
 
@@ -198,6 +200,41 @@ type produced struct {
 	id   string
 	kind int // index in soak.kinds
 	n    int64
+	// op is what the producer did to it once started, "" for nothing (see soakOp); from when (its
+	// cancel or pause had committed, with its cascade to the children) to when (the resume was
+	// sent; the end of the soak, for a cancel) nothing of it may start.
+	op            string
+	held, release time.Time
+}
+
+// The lifecycle operations of the soak, in the rounds of executions that fail nowhere by design:
+// one in ten is canceled right after its start, one paused and resumed soakPauseFor later, one
+// archived and unarchived soakArchiveFor later.
+const (
+	soakCancel     = "cancel"
+	soakPause      = "pause"
+	soakArchive    = "archive"
+	soakPauseFor   = 500 * time.Millisecond
+	soakArchiveFor = 300 * time.Millisecond
+)
+
+// soakOp is the operation of the execution of kind k started i-th, with input n. A map's parent
+// is not archived: its children would end archived, and the map, which collects no failures,
+// would fail.
+func soakOp(i int, kinds []soakKind, n int64) string {
+	k := kinds[i%len(kinds)]
+	if n < 0 || (i/len(kinds))%10 == 9 && k.child != nil {
+		return ""
+	}
+	switch (i / len(kinds)) % 10 {
+	case 5:
+		return soakCancel
+	case 7:
+		return soakPause
+	case 9:
+		return soakArchive
+	}
+	return ""
 }
 
 // rel shows a time as its offset from the start of the soak, to line it up with the kills.
@@ -269,13 +306,43 @@ func (s *soak) startOne(i int) {
 			return err
 		})
 	}
+	p := produced{id: id, kind: k, n: n, op: soakOp(i, s.kinds, n)}
+	if err == nil {
+		err = s.operate(ctx, &p)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		s.prodErrs = append(s.prodErrs, fmt.Errorf("starting execution %d (%s, id %q, n=%d): %w", i, s.kinds[k].g.Name(), id, n, err))
+		s.prodErrs = append(s.prodErrs, fmt.Errorf("starting execution %d (%s, id %q, n=%d, %s): %w", i, s.kinds[k].g.Name(), id, n, p.op, err))
 		return
 	}
-	s.produced = append(s.produced, produced{id: id, kind: k, n: n})
+	s.produced = append(s.produced, p)
+}
+
+// operate does p's lifecycle operation, through the store as the CLI and the dashboard's requests
+// do: a parent's cancel, pause and archive reach its children once it has committed.
+func (s *soak) operate(ctx context.Context, p *produced) error {
+	switch p.op {
+	case soakCancel:
+		err := retry(func() error { return s.c.store.Cancel(ctx, p.id, "soak") })
+		p.held, p.release = time.Now(), time.Now().Add(24*time.Hour)
+		return err
+	case soakPause:
+		if err := retry(func() error { return s.c.store.SetPaused(ctx, p.id, true) }); err != nil {
+			return err
+		}
+		p.held = time.Now()
+		time.Sleep(soakPauseFor) // the length of the pause: the soak's input
+		p.release = time.Now()
+		return retry(func() error { return s.c.store.SetPaused(ctx, p.id, false) })
+	case soakArchive:
+		if err := retry(func() error { return s.c.store.SetArchived(ctx, p.id, true) }); err != nil {
+			return err
+		}
+		time.Sleep(soakArchiveFor) // the length of the archive: the soak's input
+		return retry(func() error { return s.c.store.SetArchived(ctx, p.id, false) })
+	}
+	return nil
 }
 
 // disrupt runs the plan's disruptions on schedule until its duration has passed: a SIGKILL
@@ -387,7 +454,7 @@ func (s *soak) drain(t *testing.T) bool {
 	for ; ; <-tick.C {
 		var left leftover
 		err := s.query(&left, `SELECT
-			(SELECT count(*) FROM {s}.computations WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING')) AS computations,
+			(SELECT count(*) FROM {s}.computations WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING', 'PAUSED', 'WAITING')) AS computations,
 			(SELECT count(*) FROM {s}.executions WHERE wake_at IS NOT NULL AND archived_at IS NULL) AS ticks,
 			(SELECT count(*) FROM {s}.notification_deliveries WHERE state = 'PENDING') AS deliveries`)
 		if err == nil && left == (leftover{}) {
@@ -407,8 +474,8 @@ func (s *soak) drain(t *testing.T) bool {
 
 // soakReport is the audit's verdict.
 type soakReport struct {
-	lost, doubled, stuck int
-	maxDetect            time.Duration
+	lost, doubled, stuck, broken int
+	maxDetect                    time.Duration
 }
 
 // audit checks the database after the drain, logs the evidence of every problem, and returns
@@ -421,6 +488,7 @@ func (s *soak) audit(t *testing.T) soakReport {
 	r.doubled = s.auditDoubles(t)
 	claims := s.claims(t)
 	r.lost = s.auditOutcomes(t, claims)
+	r.broken = s.auditInvariants(t)
 	s.auditHandlers(t, claims)
 	r.maxDetect = s.detection(t)
 	s.logQueueing(t)
@@ -460,12 +528,13 @@ func (s *soak) auditStuck(t *testing.T) int {
 		Oldest   time.Time `bun:"oldest"`
 	}
 	s.mustQuery(t, &groups, `SELECT graph_key, node, state, count(*) AS n, min(run_at) AS oldest FROM {s}.computations
-		WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING') GROUP BY graph_key, node, state ORDER BY n DESC`)
+		WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING', 'PAUSED', 'WAITING') GROUP BY graph_key, node, state ORDER BY n DESC`)
 	for _, g := range groups {
 		t.Logf("stuck: %d × %s.%s %s, the oldest due since %s", g.N, g.GraphKey, g.Node, g.State, s.rel(&g.Oldest))
 	}
 	var comps []persistence.Computation
-	s.mustQuery(t, &comps, `SELECT `+soakComputationColumns+` FROM {s}.computations WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING') ORDER BY id`)
+	s.mustQuery(t, &comps, `SELECT `+soakComputationColumns+` FROM {s}.computations
+		WHERE state IN ('PENDING', 'AVAILABLE', 'RUNNING', 'PAUSED', 'WAITING') ORDER BY id`)
 	for i, c := range comps {
 		if i == soakShown {
 			t.Logf("stuck: ... and %d more computations", len(comps)-i)
@@ -674,6 +743,87 @@ func (s *soak) auditDoubles(t *testing.T) int {
 	return doubled
 }
 
+// auditInvariants checks the state machine's invariants on the database after the run, across
+// the lifecycle traffic, logs what breaks them, and returns how many do:
+//   - a canceled execution starts nothing once its cancel has committed, nor do its children;
+//   - a paused one starts nothing while paused, nor do its children;
+//   - every map node's progress counts each ended child of its generation once;
+//   - no rate window holds more than soakRateN starts, the released and abandoned ones included;
+//   - no concurrency key has two holders at once.
+//
+// The times compared are all this machine's clock: the database's and the producer's.
+func (s *soak) auditInvariants(t *testing.T) int {
+	t.Helper()
+	broken := 0
+	held := 0
+	for _, p := range s.produced {
+		if p.op != soakCancel && p.op != soakPause {
+			continue
+		}
+		held++
+		var started []persistence.Computation
+		s.mustQuery(t, &started, `SELECT `+soakComputationColumns+` FROM {s}.computations
+			WHERE (execution_id = ? OR execution_id IN (SELECT id FROM {s}.executions WHERE parent->>'id' = ? AND parent IS NOT NULL))
+				AND claimed_at > ? AND claimed_at < ? ORDER BY id`, p.id, p.id, p.held, p.release)
+		for _, c := range started {
+			broken++
+			t.Logf("broken: %s of %s (%s) started at %s, while %s (from %s to %s)", c.Node, c.ExecutionID, p.id,
+				s.rel(c.ClaimedAt), map[string]string{soakCancel: "canceled", soakPause: "paused"}[p.op], s.rel(&p.held), s.rel(&p.release))
+		}
+	}
+	var counts []struct {
+		ID    string `bun:"execution_id"`
+		Node  string `bun:"node"`
+		Total int    `bun:"total"`
+		Done  int    `bun:"done"`
+		Ended int    `bun:"ended"`
+	}
+	s.mustQuery(t, &counts, `SELECT m.execution_id, m.node, m.total, m.done, (SELECT count(*) FROM {s}.executions c
+			WHERE c.parent->>'id' = m.execution_id AND c.parent IS NOT NULL AND c.parent->>'node' = m.node
+				AND (c.parent->>'gen')::bigint = m.gen AND c.ended_at IS NOT NULL) AS ended
+		FROM {s}.map_progress m`)
+	for _, m := range counts {
+		if m.Done != m.Ended {
+			broken++
+			t.Logf("broken: map node %s of %s counted %d ended children of %d, and %d have ended", m.Node, m.ID, m.Done, m.Total, m.Ended)
+		}
+	}
+	var windows []struct {
+		Key   string    `bun:"rate_key"`
+		Start time.Time `bun:"start"`
+		N     int       `bun:"n"`
+	}
+	s.mustQuery(t, &windows, `WITH s AS (SELECT attempt_id AS id, rate_key, claimed_at FROM {s}.attempts
+			WHERE graph_key = 'soak-rated@v1' AND rate_key IS NOT NULL AND claimed_at IS NOT NULL
+		UNION ALL SELECT attempt_id, rate_key, claimed_at FROM {s}.nodes
+			WHERE graph_key = 'soak-rated@v1' AND rate_key IS NOT NULL AND claimed_at IS NOT NULL)
+		SELECT a.rate_key, a.claimed_at AS start, count(*) AS n FROM s a
+		JOIN s b ON b.rate_key = a.rate_key AND b.claimed_at >= a.claimed_at AND b.claimed_at < a.claimed_at + ? * interval '1 millisecond'
+		GROUP BY a.id, a.rate_key, a.claimed_at HAVING count(*) > ?`, soakRatePer.Milliseconds(), soakRateN)
+	for _, w := range windows {
+		broken++
+		t.Logf("broken: rate key %s started %d attempts within %v from %s, over %d", w.Key, w.N, soakRatePer, s.rel(&w.Start), soakRateN)
+	}
+	var overlaps []struct {
+		Key    string    `bun:"concurrency_key"`
+		A      int64     `bun:"a"`
+		B      int64     `bun:"b"`
+		AStart time.Time `bun:"a_start"`
+		BStart time.Time `bun:"b_start"`
+	}
+	s.mustQuery(t, &overlaps, `WITH s AS (SELECT id, concurrency_key, claimed_at, coalesce(finished_at, 'infinity') AS ended
+			FROM {s}.computations WHERE concurrency_key IS NOT NULL AND claimed_at IS NOT NULL)
+		SELECT a.concurrency_key, a.id AS a, b.id AS b, a.claimed_at AS a_start, b.claimed_at AS b_start FROM s a
+		JOIN s b ON b.concurrency_key = a.concurrency_key AND a.id < b.id AND a.claimed_at < b.ended AND b.claimed_at < a.ended`)
+	for _, o := range overlaps {
+		broken++
+		t.Logf("broken: key %s held by attempts %d (from %s) and %d (from %s) at once", o.Key, o.A, s.rel(&o.AStart), o.B, s.rel(&o.BStart))
+	}
+	t.Logf("invariants: %d canceled or paused executions, %d map nodes, and the rate windows and keys checked: %d broken",
+		held, len(counts), broken)
+	return broken
+}
+
 // claimRow is a claimed lifecycle event with the state of its delivery to the handler.
 type claimRow struct {
 	ExecutionID string  `bun:"execution_id"`
@@ -734,14 +884,20 @@ func (s *soak) auditOutcomes(t *testing.T, claims []claimRow) int {
 			}
 		}
 		want, unwanted := persistence.EventCompleted, persistence.EventFailed
-		if p.n < 0 {
+		switch {
+		case p.op == soakCancel:
+			// Canceled right after its start: it ends canceled, once, whatever it had done.
+			want, unwanted = persistence.EventCanceled, persistence.EventFailed
+		case p.n < 0:
 			want, unwanted = unwanted, want
 			c, ok := last[[2]string{p.id, k.failsAt}]
 			if !ok || c.State != persistence.StateFailed || !strings.Contains(deref(c.Error), "by design") {
 				problems = append(problems, fmt.Sprintf("%s did not fail by design: its last attempt is %s", k.failsAt, s.describe(c)))
 			}
-		} else if got, wantValue := value[[2]string{p.id, k.final}], strconv.FormatInt(k.want(p.n), 10); got != wantValue {
-			problems = append(problems, fmt.Sprintf("%s = %q, want %s", k.final, got, wantValue))
+		default:
+			if got, wantValue := value[[2]string{p.id, k.final}], strconv.FormatInt(k.want(p.n), 10); got != wantValue {
+				problems = append(problems, fmt.Sprintf("%s = %q, want %s", k.final, got, wantValue))
+			}
 		}
 		if events[want] != 1 {
 			problems = append(problems, fmt.Sprintf("%s claimed %d times, want once", want, events[want]))

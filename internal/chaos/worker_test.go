@@ -75,6 +75,9 @@ func served(cfg workerConfig) []*graph.Graph {
 	gs := []*graph.Graph{chaosGraph(cfg)}
 	for _, k := range soakKinds(cfg) {
 		gs = append(gs, k.g)
+		if k.child != nil {
+			gs = append(gs, k.child)
+		}
 	}
 	if cfg.Clients > 0 || cfg.ServeLoad {
 		gs = append(gs, loadGraph(cfg))
@@ -173,7 +176,37 @@ type soakKind struct {
 	// tick is the graph's recurring tick node, "" if none. It succeeds tickCycles+1 times: once
 	// per cycle, and once more to return the zero time that pauses it.
 	tick string
+	// child is the graph of the children that the graph's map node starts, nil if none.
+	child *graph.Graph
+	// rated is the graph's rate-limited node, "" if none: at most soakRateN claims within any
+	// soakRatePer, per rate key.
+	rated string
 }
+
+// The map of the soak starts 1 to 3 children, each charging its line; the rate-limited node of
+// the soak allows soakRateN starts within any soakRatePer per key, of soakRateKeys keys: it
+// binds at the rates the soak runs at, so that its windows fill.
+const (
+	soakRateN    = 10
+	soakRatePer  = time.Second
+	soakRateKeys = 4
+)
+
+// soakLine is the child graph of the soak's map: it charges its line, twice its input i.
+func soakLine(cfg workerConfig) *graph.Graph {
+	return graph.MustNew("soak-line", "v1", []graph.Node{
+		graph.Input("i"),
+		graph.Compute("charged", graph.Needs("i"), func(ctx context.Context, in graph.Values) (any, error) {
+			if err := work(ctx, cfg, in.Int("i")); err != nil {
+				return nil, err
+			}
+			return 2 * in.Int("i"), nil
+		}, nodeOptions(cfg)...),
+	}, graph.CompletesWhen(graph.Needs("charged")))
+}
+
+// soakLines is how many children the soak's map starts for input n: 1 to 3.
+func soakLines(n int64) int64 { return max(n, -n)%3 + 1 }
 
 // soakKinds are the graphs of the soak, nil unless cfg.Soak: a chain, a fan-out and join, a
 // node gated by a concurrency key and a parallel limit, and a recurring tick. Every compute
@@ -207,6 +240,7 @@ func soakKinds(cfg workerConfig) []soakKind {
 	lastOrPaused := func(v graph.Value) bool {
 		return v.IsSet() && (v.Int() == 0 || v.Int()%10 == tickCycles)
 	}
+	line := soakLine(cfg)
 	return []soakKind{{
 		g: graph.MustNew("soak-chain", "v1", []graph.Node{
 			graph.Input("n"),
@@ -245,6 +279,37 @@ func soakKinds(cfg workerConfig) []soakKind {
 			compute("final", graph.When("tick", lastOrPaused), of(func(graph.Values) int64 { return tickCycles })),
 		}, graph.CompletesWhen(graph.Needs("final"))),
 		final: "final", want: func(int64) int64 { return tickCycles }, tick: "tick",
+	}, {
+		g: graph.MustNew("soak-map", "v1", []graph.Node{
+			graph.Input("n"),
+			graph.Map("lines", graph.Needs("n"), line, func(in graph.Values) ([]map[string]any, error) {
+				items := make([]map[string]any, soakLines(in.Int("n")))
+				for i := range items {
+					items[i] = map[string]any{"i": i + 1}
+				}
+				return items, nil
+			}, append(nodeOptions(cfg), graph.Result("charged"))...),
+			compute("total", graph.Needs("lines"), of(func(in graph.Values) int64 {
+				var charged []int64
+				_ = json.Unmarshal(in["lines"].Raw, &charged)
+				var sum int64
+				for _, c := range charged {
+					sum += c
+				}
+				return sum
+			})),
+		}, graph.CompletesWhen(graph.Needs("total"))),
+		final: "total", want: func(n int64) int64 { k := soakLines(n); return k * (k + 1) }, child: line,
+	}, {
+		g: graph.MustNew("soak-rated", "v1", []graph.Node{
+			graph.Input("n"),
+			compute("call", graph.Needs("n"), of(func(in graph.Values) int64 { return in.Int("n") + 7 }),
+				graph.RateLimit(soakRateN, soakRatePer, graph.RateKey(func(in graph.Values) string {
+					n := in.Int("n")
+					return fmt.Sprintf("r%d", max(n, -n)%soakRateKeys)
+				}))),
+		}, graph.CompletesWhen(graph.Needs("call"))),
+		final: "call", want: func(n int64) int64 { return n + 7 }, rated: "call",
 	}}
 }
 
@@ -287,13 +352,13 @@ func runWorker(raw string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	startKeyed := keyedStarts(cfg)
-	var onFailed, onCompleted func(context.Context, journey.ExecutionEvent) error
+	var onFailed, onCompleted, onCanceled func(context.Context, journey.ExecutionEvent) error
 	if cfg.Soak {
 		onFailed = func(_ context.Context, e journey.ExecutionEvent) error {
 			say("event %s", e.IdempotencyKey)
 			return nil
 		}
-		onCompleted = onFailed
+		onCompleted, onCanceled = onFailed, onFailed
 	}
 	if cfg.BlockingHandler {
 		onFailed = func(ctx context.Context, e journey.ExecutionEvent) error {
@@ -313,7 +378,7 @@ func runWorker(raw string) int {
 		}
 	}
 	rt, err := journey.New(ctx, journey.Config{
-		OnExecutionFailed: onFailed, OnExecutionCompleted: onCompleted, NotificationTimeout: time.Minute,
+		OnExecutionFailed: onFailed, OnExecutionCompleted: onCompleted, OnExecutionCanceled: onCanceled, NotificationTimeout: time.Minute,
 		DatabaseURL: cfg.URL, ListenURL: cfg.ListenURL, Schema: cfg.Schema, ReplicaID: cfg.ReplicaID,
 		Graphs:     served(cfg),
 		MaxWorkers: cfg.MaxWorkers, PollInterval: ms(cfg.Poll), SweepInterval: ms(cfg.Sweep),
