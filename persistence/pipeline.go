@@ -79,7 +79,7 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 	if err != nil {
 		return fmt.Errorf("taking a connection: %w", err)
 	}
-	defer conn.Close() // a connection left in a transaction is discarded, not reused
+	defer conn.Close() // a connection left in a transaction is discarded, not reused (a second Close does nothing)
 	t := &txn{Conn: conn}
 	if t.pg, err = pgxOf(conn); err != nil {
 		return err
@@ -107,6 +107,12 @@ func (s *Store) inTxn(ctx context.Context, db *bun.DB, fn func(ctx context.Conte
 	s.handOver(t, err == nil)
 	if err != nil {
 		t.rollback(ctx)
+	}
+	// The connection goes back to the pool before what follows the COMMIT takes one (a cascade, a
+	// wake, a promotion, a release): held meanwhile, as many writes as the pool has connections
+	// would each wait for a second one, for good.
+	_ = conn.Close()
+	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			// PostgreSQL answered: a statement of the batch, or the COMMIT itself (a deferred

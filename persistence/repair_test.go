@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -95,4 +96,27 @@ func TestTransactionsAreReadCommittedWhateverTheDefault(t *testing.T) {
 		return t.NewRaw("SELECT current_setting('transaction_isolation')").Scan(ctx, &level)
 	}))
 	require.Equal(t, "read committed", level)
+}
+
+// A write gives its connection back before what follows its COMMIT takes one (the cascade to
+// its children, a wake, a promotion): with a pool of one connection, a pause, a resume, an
+// archive and a cancel each return. Held meanwhile, writes as many as the pool's connections
+// waited for a second one, for good (the soak's producer did, at 300 executions/s).
+func TestAWriteGivesItsConnectionBackBeforeWhatFollows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := pgtest.BunDB(t, pgtest.URL(t))
+	db.SetMaxOpenConns(1)
+	s, err := New(Config{DB: db, Schema: b.schema, Graphs: []*graph.Graph{b.g}, Clock: b.clock, Logger: testLogger()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, s.ReadLayout(ctx))
+	e, err := s.CreateExecution(ctx, b.g)
+	require.NoError(t, err)
+	require.NoError(t, s.SetPaused(ctx, e.ID, true))
+	require.NoError(t, s.SetPaused(ctx, e.ID, false))
+	require.NoError(t, s.SetArchived(ctx, e.ID, true))
+	require.NoError(t, s.SetArchived(ctx, e.ID, false))
+	require.NoError(t, s.Cancel(ctx, e.ID, "test"))
 }

@@ -298,9 +298,12 @@ func (c *cluster) submitting(n int) func(t *testing.T) []string {
 
 // retry retries fn until it succeeds, for up to 30s: through a PostgreSQL restart, and the
 // broken connections it leaves in the pool.
-func retry(fn func() error) error {
+func retry(fn func() error) error { return retryFor(30*time.Second, fn) }
+
+// retryFor calls fn until it succeeds or timeout has passed, and returns its last error.
+func retryFor(timeout time.Duration, fn func() error) error {
 	var err error
-	pgtest.Poll(30*time.Second, 100*time.Millisecond, func() bool { err = fn(); return err == nil })
+	pgtest.Poll(timeout, 100*time.Millisecond, func() bool { err = fn(); return err == nil })
 	return err
 }
 

@@ -66,8 +66,8 @@ const (
 //
 // and fails if lost, doubled, stuck or broken (the state machine's invariants: see
 // auditInvariants) is not zero, if the producer could not start an execution, or if a handler
-// was called twice for an event with no kill or restart to explain it. It logs the evidence of each problem: the rows, their replicas and errors, and what the
-// replicas logged about them.
+// was called twice for an event with no kill or restart to explain it. It logs the evidence of
+// each problem: the rows, their replicas and errors, and what the replicas logged about them.
 //
 // It runs alone (no t.Parallel): its figures are timings under a known load.
 func TestSoak(t *testing.T) {
@@ -283,6 +283,11 @@ func (s *soak) produce() (stop func()) {
 	}
 }
 
+// produceRetry calls fn, a step of the producer, until it succeeds or two minutes have passed.
+// The producer offers more than two cores under -race take: its calls queue for the store's
+// connections, and one that the PostgreSQL restart fails may come after 30 s of queueing.
+func produceRetry(fn func() error) error { return retryFor(2*time.Minute, fn) }
+
 // startOne starts the i-th execution: of graph i mod 4, with input i, or -i for the one round
 // of four in ten whose graph can fail by design.
 func (s *soak) startOne(i int) {
@@ -293,7 +298,7 @@ func (s *soak) startOne(i int) {
 	}
 	ctx := context.Background()
 	var id string
-	err := retry(func() error {
+	err := produceRetry(func() error {
 		e, err := s.c.store.CreateExecution(ctx, s.kinds[k].g)
 		if err == nil {
 			id = e.ID
@@ -301,7 +306,7 @@ func (s *soak) startOne(i int) {
 		return err
 	})
 	if err == nil {
-		err = retry(func() error {
+		err = produceRetry(func() error {
 			_, err := s.c.store.SetValues(ctx, id, map[string]json.RawMessage{"n": json.RawMessage(strconv.FormatInt(n, 10))}, nil, nil)
 			return err
 		})
@@ -324,23 +329,23 @@ func (s *soak) startOne(i int) {
 func (s *soak) operate(ctx context.Context, p *produced) error {
 	switch p.op {
 	case soakCancel:
-		err := retry(func() error { return s.c.store.Cancel(ctx, p.id, "soak") })
+		err := produceRetry(func() error { return s.c.store.Cancel(ctx, p.id, "soak") })
 		p.held, p.release = time.Now(), time.Now().Add(24*time.Hour)
 		return err
 	case soakPause:
-		if err := retry(func() error { return s.c.store.SetPaused(ctx, p.id, true) }); err != nil {
+		if err := produceRetry(func() error { return s.c.store.SetPaused(ctx, p.id, true) }); err != nil {
 			return err
 		}
 		p.held = time.Now()
 		time.Sleep(soakPauseFor) // the length of the pause: the soak's input
 		p.release = time.Now()
-		return retry(func() error { return s.c.store.SetPaused(ctx, p.id, false) })
+		return produceRetry(func() error { return s.c.store.SetPaused(ctx, p.id, false) })
 	case soakArchive:
-		if err := retry(func() error { return s.c.store.SetArchived(ctx, p.id, true) }); err != nil {
+		if err := produceRetry(func() error { return s.c.store.SetArchived(ctx, p.id, true) }); err != nil {
 			return err
 		}
 		time.Sleep(soakArchiveFor) // the length of the archive: the soak's input
-		return retry(func() error { return s.c.store.SetArchived(ctx, p.id, false) })
+		return produceRetry(func() error { return s.c.store.SetArchived(ctx, p.id, false) })
 	}
 	return nil
 }
