@@ -65,6 +65,32 @@ func TestSweepRepairsWhatACrashLeftAfterACommit(t *testing.T) {
 	require.Equal(t, 0, repaired, "nothing left to repair")
 }
 
+// A repair looks at a page of the archived executions at a time, from where the last one stopped:
+// waiting work of an archived execution past the first page is canceled by a later repair.
+func TestRepairPagesThroughTheArchivedExecutions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.ready(t, 2)
+	waiting, template := ids[0], ids[1]
+	b.exec(t, `UPDATE {s}.executions SET archived_at = now() WHERE id IN (?, ?)`, waiting, template)
+	b.exec(t, `UPDATE {s}.nodes SET state = 'CANCELED' WHERE execution_id = ?`, template)
+	// Archived executions with nothing waiting, whose ids sort before any random one: a page and a half.
+	b.exec(t, `INSERT INTO {s}.executions SELECT (jsonb_populate_record(NULL::{s}.executions,
+		to_jsonb(e) || jsonb_build_object('id', '00000000-0000-0000-0000-' || lpad(g::text, 12, '0')))).*
+		FROM {s}.executions e, generate_series(1, ?) g WHERE e.id = ?`, archivedPage*3/2, template)
+
+	var repairs int
+	for repairs = 1; repairs <= 3; repairs++ {
+		_, err := b.store.Repair(ctx, 100)
+		require.NoError(t, err)
+		if ns, err := b.store.NodeState(ctx, waiting, "y"); err == nil && ns.Latest != nil && ns.Latest.State == StateCanceled {
+			break
+		}
+	}
+	require.Equal(t, 2, repairs, "the waiting execution, on the second page, is canceled by the second repair")
+}
+
 // The store's transactions are READ COMMITTED whatever the database's default says: the read after
 // a lock must see what the lock's last holder committed.
 func TestTransactionsAreReadCommittedWhateverTheDefault(t *testing.T) {

@@ -173,6 +173,9 @@ type Store struct {
 	afterCommits *afterCommits
 	// rated are the served nodes with a rate limit, whose promotion reads their limits here.
 	rated []ratedNode
+	// archivedAfter is the id after which the next repair looks for archived executions with
+	// waiting work (see sweepArchived).
+	archivedAfter atomic.Pointer[string]
 	// rateWake is when a full rate window has room again, in Unix nanoseconds (see RateWake).
 	rateWake atomic.Int64
 }

@@ -149,19 +149,58 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 	return res, nil
 }
 
-// sweepArchived cancels the waiting attempts of up to limit archived executions, which their
-// archiving could not cancel (a replica that wrote them had not seen the archive): an execution at a
-// time (machine.SweepArchived). It returns how many executions it wrote.
+// archivedPage is the number of archived executions that a repair looks at (see sweepArchived).
+const archivedPage = 1000
+
+// sweepArchived cancels the waiting attempts of archived executions, which their archiving could
+// not cancel (a replica that wrote them had not seen the archive): an execution at a time
+// (machine.SweepArchived). It returns how many executions it wrote.
+//
+// Each call looks at the next page of archivedPage archived executions, by id from where the last
+// one stopped (archivedAfter), and starts again from the first once it has seen the last (a page
+// that had more than limit executions to write is looked at again): its
+// cost is a page, whatever the number of archived executions and of waiting attempts. A join of
+// the waiting attempts with the archived executions read one side whole, 4.5 s with 200,000
+// attempts waiting.
 func (s *Store) sweepArchived(ctx context.Context, limit int) (int, error) {
-	var ids []string
-	err := s.db.NewRaw(s.q(`SELECT DISTINCT c.execution_id FROM {s}.nodes c JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id
-		WHERE c.state IN ('PENDING', 'AVAILABLE', 'PAUSED') AND e.archived_at IS NOT NULL AND c.graph_key IN (?)
-		LIMIT ?`), bun.List(s.keys), limit).Scan(ctx, &ids)
+	var page []struct {
+		Lane int16  `bun:"lane"`
+		ID   string `bun:"id"`
+	}
+	after := ""
+	if p := s.archivedAfter.Load(); p != nil {
+		after = *p
+	}
+	err := s.db.NewRaw(s.q(`SELECT lane, id FROM {s}.executions WHERE archived_at IS NOT NULL AND id > ? ORDER BY id LIMIT ?`),
+		after, archivedPage).Scan(ctx, &page)
+	if err != nil && !isNoRows(err) {
+		return 0, fmt.Errorf("reading a page of the archived executions: %w", err)
+	}
+	if len(page) == 0 {
+		s.archivedAfter.Store(nil)
+		return 0, nil
+	}
+	lanes, ids := make([]int16, len(page)), make([]string, len(page))
+	for i, e := range page {
+		lanes[i], ids[i] = e.Lane, e.ID
+	}
+	var waiting []string
+	err = s.db.NewRaw(s.q(`SELECT DISTINCT c.execution_id FROM `+executionKeys("?", "?")+` k
+		JOIN {s}.nodes c ON c.lane = k.lane AND c.execution_id = k.id
+		WHERE c.state IN ('PENDING', 'AVAILABLE', 'PAUSED') AND c.graph_key IN (?)`+s.pinned("c", "?")+`
+		LIMIT ?`), append([]any{pgdialect.Array(lanes), pgdialect.Array(ids), bun.List(s.keys)}, append(s.pinnedArgs(lanes), limit)...)...).Scan(ctx, &waiting)
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("finding the waiting work of archived executions: %w", err)
 	}
+	if len(waiting) < limit { // else the next repair looks at this page again
+		next := ""
+		if len(page) == archivedPage {
+			next = page[len(page)-1].ID
+		}
+		s.archivedAfter.Store(&next)
+	}
 	n := 0
-	for _, id := range ids {
+	for _, id := range waiting {
 		switch err := s.event(ctx, id, s.boundLocks, machine.SweepArchived{}); {
 		case err == nil:
 			n++

@@ -63,7 +63,13 @@ own. row_writes_per_execution is the rows inserted, updated and deleted in bench
 the final one gives them by table, with the updates that were HOT (wrote no index entry).
 go_cpu_us_per_computation and allocs_per_computation are bench's own process (the replicas and
 the producers, not PostgreSQL): its CPU, user and system, and the heap objects it allocated,
-over the measured time, per computation finished in it.
+over the measured time, per computation finished in it. pg_cpu_us_per_computation is the
+PostgreSQL server's CPU, user and system, over the same time: its postmaster's, its processes',
+and what its processes that ended used, read from /proc when the server runs on this machine
+(its data_directory holds a postmaster.pid that names a live process here); else n/a. In a
+drain, us_per_computation_start and us_per_computation_end are the wall time per computation of
+the first and the last tenth of the computations: a cost that grows with the backlog shows as a
+start slower than the end.
 heartbeat_statements_per_interval is the number of heartbeat UPDATEs of a replica per
 heartbeat interval (-heartbeat), over the measured time: with -hold, which keeps up to -workers
 computations running at once on each replica, it shows what their heartbeats cost, e.g.
@@ -439,6 +445,12 @@ type benchResult struct {
 	// not PostgreSQL.
 	goCPU  time.Duration
 	allocs uint64
+	// The PostgreSQL server's CPU over the measured time, all its processes (see serverCPU); -1
+	// when it is not known.
+	pgCPU time.Duration
+	// drain: how long the first and the last tenth of the computations (tenth of them) took.
+	firstTenth, lastTenth time.Duration
+	tenth                 int64
 }
 
 func (r benchResult) line(cfg benchConfig) string {
@@ -470,19 +482,29 @@ func (r benchResult) line(cfg benchConfig) string {
 		}
 		writes = fmt.Sprintf("%.2f", float64(n)/float64(r.executions))
 	}
-	goCPU, allocs := na, na
+	goCPU, allocs, pgCPU := na, na, na
 	if r.computations > 0 {
 		if r.goCPU >= 0 {
 			goCPU = fmt.Sprintf("%.1f", float64(r.goCPU.Microseconds())/float64(r.computations))
 		}
 		allocs = fmt.Sprintf("%.0f", float64(r.allocs)/float64(r.computations))
+		if r.pgCPU >= 0 {
+			pgCPU = fmt.Sprintf("%.1f", float64(r.pgCPU.Microseconds())/float64(r.computations))
+		}
+	}
+	// The wall time per computation of the drain's first and last tenth.
+	start, end := na, na
+	if r.tenth > 0 {
+		start = fmt.Sprintf("%.1f", float64(r.firstTenth.Microseconds())/float64(r.tenth))
+		end = fmt.Sprintf("%.1f", float64(r.lastTenth.Microseconds())/float64(r.tenth))
 	}
 	return fmt.Sprintf("bench: mode=%s graph=%s computations/s=%s p50_ms=%s p99_ms=%s statements_per_computation=%s "+
 		"transactions_per_computation=%s row_writes_per_execution=%s go_cpu_us_per_computation=%s allocs_per_computation=%s "+
+		"pg_cpu_us_per_computation=%s us_per_computation_start=%s us_per_computation_end=%s "+
 		"replicas=%d workers=%d executions=%d computations=%d elapsed_s=%.2f "+
 		"backlog_start=%d backlog_end=%d failed=%d unfinished=%d heartbeat_statements_per_interval=%s keyed=%t",
 		cfg.mode, cfg.shape, rate, p50, p99, perComputation(r.statements), perComputation(r.transactions), writes, goCPU, allocs,
-		cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
+		pgCPU, start, end, cfg.replicas, cfg.workers, r.executions, r.totalComputations, r.elapsed.Seconds(),
 		r.backlogStart, r.backlogEnd, r.failed, r.unfinished, beats, cfg.keyed) + r.gatedFields(cfg) + priorityField(cfg)
 }
 
@@ -577,7 +599,7 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	if err := writeHeapProfile(b.cfg.memProfile, ".start"); err != nil {
 		return res, err
 	}
-	use := processNow()
+	use, server := processNow(), b.db.serverCPU(ctx)
 	began := time.Now()
 	progressDone := b.printProgress(began)
 	defer progressDone()
@@ -611,6 +633,10 @@ func (b *benchmark) run(ctx context.Context) (res benchResult, err error) {
 	}
 	res.maxRunning = b.maxRunning.Load()
 	res.goCPU, res.allocs = use.since()
+	res.pgCPU = -1
+	if now := b.db.serverCPU(ctx); server >= 0 && now >= server {
+		res.pgCPU = now - server
+	}
 	stopProfile()
 	if err := writeHeapProfile(b.cfg.memProfile, ""); err != nil {
 		return res, err
@@ -1129,9 +1155,27 @@ func (b *benchmark) waitUntil(ctx context.Context, finished func() bool) (time.T
 }
 
 // drain waits for the replicas to finish the ready executions.
+//
+// It also times the first and the last tenth of the computations (res.firstTenth, lastTenth): a
+// cost per computation that grows with the backlog makes the first slower than the last.
 func (b *benchmark) drain(ctx context.Context, began time.Time, res *benchResult) error {
-	last, err := b.waitUntil(ctx, func() bool { return b.backlog() == 0 })
+	total := b.backlog()
+	var tenth, nineTenths time.Time
+	last, err := b.waitUntil(ctx, func() bool {
+		n := b.finishedComputations()
+		if tenth.IsZero() && n*10 >= total {
+			tenth = time.Now()
+		}
+		if nineTenths.IsZero() && n*10 >= total*9 {
+			nineTenths = time.Now()
+		}
+		return b.backlog() == 0
+	})
 	res.elapsed, res.computations, res.backlogEnd = last.Sub(began), b.finishedComputations(), b.backlog()
+	if err == nil && res.backlogEnd == 0 && total >= 10 {
+		res.firstTenth, res.lastTenth = tenth.Sub(began), last.Sub(nineTenths)
+		res.tenth = total / 10
+	}
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,7 +24,8 @@ import (
 // finalLine is the shape of journey bench's last line: the keys in this order, numbers or n/a,
 // and those of -graph gated after them.
 var finalLine = regexp.MustCompile(`^bench: mode=\S+ graph=\S+ computations/s=\S+ p50_ms=\S+ p99_ms=\S+ ` +
-	`statements_per_computation=\S+ transactions_per_computation=\S+ row_writes_per_execution=\S+ go_cpu_us_per_computation=\S+ allocs_per_computation=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
+	`statements_per_computation=\S+ transactions_per_computation=\S+ row_writes_per_execution=\S+ go_cpu_us_per_computation=\S+ allocs_per_computation=\S+ ` +
+	`pg_cpu_us_per_computation=\S+ us_per_computation_start=\S+ us_per_computation_end=\S+ replicas=\d+ workers=\d+ executions=\d+ ` +
 	`computations=\d+ elapsed_s=\S+ backlog_start=-?\d+ backlog_end=-?\d+ failed=\d+ unfinished=\d+ heartbeat_statements_per_interval=\S+ keyed=(true|false)` +
 	`( keys=\d+ max_parallel=\d+ promotions_per_s=\S+ promote_passes=\S+ promote_pass_ms=\S+ promote_choose_ms_max=\S+ ` +
 	`pending_start=\d+ pending_end=\d+ max_running=\d+)?$`)
@@ -101,7 +103,11 @@ func TestBenchModes(t *testing.T) {
 			// The process worked, and allocated, to finish them.
 			require.Positive(t, number(t, fields, "go_cpu_us_per_computation"))
 			require.Positive(t, number(t, fields, "allocs_per_computation"))
+			// The tests' server runs here, but other tests share it: its CPU is a figure or n/a.
+			require.Regexp(t, `^(n/a|\d+\.\d)$`, fields["pg_cpu_us_per_computation"])
 			if tc.mode == "drain" {
+				require.Positive(t, number(t, fields, "us_per_computation_start"))
+				require.Positive(t, number(t, fields, "us_per_computation_end"))
 				require.Equal(t, executions*float64(tc.perExecution), number(t, fields, "backlog_start"))
 				require.Equal(t, "0", fields["backlog_end"])
 			}
@@ -396,4 +402,17 @@ func TestSnapshotWaitsForEndingSessions(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ended, "the snapshot did not see the other session")
 	require.Zero(t, s.others, "sessions counted as other users of the database")
+}
+
+// The CPU of a process tree counts what its children used, once they have ended: a child that
+// burns CPU raises it by at least the child's own CPU.
+func TestProcessTreeCPUCountsEndedChildren(t *testing.T) {
+	before := processTreeCPU(os.Getpid())
+	require.GreaterOrEqual(t, before, time.Duration(0), "/proc tells this process's CPU")
+	cmd := exec.CommandContext(t.Context(), "sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	require.NoError(t, cmd.Run())
+	child := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	require.Greater(t, child, 50*time.Millisecond, "the child burned CPU")
+	after := processTreeCPU(os.Getpid())
+	require.GreaterOrEqual(t, after-before, child-2*time.Second/clockTicks, "the ended child's CPU is counted")
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +62,25 @@ func connectMonitor(ctx context.Context, url string) (*monitor, error) {
 		return nil, fmt.Errorf("reading the database's oid: %w", err)
 	}
 	return m, nil
+}
+
+// serverCPU returns the CPU that the PostgreSQL server has used so far, all its processes (see
+// processTreeCPU), when it runs on this machine; else -1. Its postmaster's pid is the first line
+// of postmaster.pid in its data_directory, which a superuser (or pg_read_all_settings) can read.
+func (m *monitor) serverCPU(ctx context.Context) time.Duration {
+	var dir string
+	if err := m.queryRow(ctx, "SELECT current_setting('data_directory')", nil, &dir); err != nil {
+		return -1
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return -1
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return -1
+	}
+	return processTreeCPU(pid)
 }
 
 func (m *monitor) close() { _ = m.conn.Close(context.Background()) }
