@@ -77,6 +77,10 @@ type computationEnv struct {
 	completer  *actor.PID // records the outcomes
 	// workers run the mailboxes of the computations and their watchdogs.
 	workers *workers
+	// propsOnce makes the options of the computations' and the watchdogs' props, once: made for
+	// each spawn, they were six of its allocations.
+	propsOnce                  sync.Once
+	computationOpts, watchOpts []actor.PropsOption
 	// flight are the outcomes handed to the completer and not answered yet.
 	flight *inflight
 	system *actor.ActorSystem
@@ -148,7 +152,20 @@ func spawnComputation(parent actor.SpawnerContext, env *computationEnv, c *persi
 		return &computation{
 			env: env, c: c, g: g, node: n,
 		}
-	}, actor.WithSupervisor(stopStrategy), actor.WithDispatcher(env.workers)))
+	}, env.props(false)...))
+}
+
+// props returns the options of the props of a computation's actor, or of its watchdog's: on the
+// replica's workers, in a computation's mailbox; a computation stops when it fails.
+func (env *computationEnv) props(watchdog bool) []actor.PropsOption {
+	env.propsOnce.Do(func() {
+		env.watchOpts = []actor.PropsOption{actor.WithDispatcher(env.workers), actor.WithMailbox(newMailbox)}
+		env.computationOpts = append([]actor.PropsOption{actor.WithSupervisor(stopStrategy)}, env.watchOpts...)
+	})
+	if watchdog {
+		return env.watchOpts
+	}
+	return env.computationOpts
 }
 
 // Receive implements actor.Actor.

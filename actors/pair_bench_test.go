@@ -13,7 +13,7 @@ import (
 // watchdog registers with a heartbeats actor; the computation runs its function (nothing) in a
 // goroutine, sends the outcome to a completer, and stops, its watchdog unregistering; the parent
 // hears it end. b.N computations, 2,000 at a time, as bench's drain runs them, their mailboxes on
-// a replica's workers.
+// a replica's workers, in the mailbox of a computation's actors.
 func BenchmarkActorPair(b *testing.B) {
 	system := NewSystem(slog.New(slog.DiscardHandler))
 	w := newWorkers(computationWorkers)
@@ -31,7 +31,7 @@ func BenchmarkActorPair(b *testing.B) {
 		case *actor.Stopping:
 			ctx.Send(beats, unregisterClaim{})
 		}
-	}, actor.WithDispatcher(w))
+	}, actor.WithDispatcher(w), actor.WithMailbox(newMailbox))
 	compProps := actor.PropsFromFunc(func(ctx actor.Context) {
 		switch ctx.Message().(type) {
 		case *actor.Started:
@@ -42,7 +42,7 @@ func BenchmarkActorPair(b *testing.B) {
 			ctx.Send(completer, outcome{1})
 			ctx.Stop(ctx.Self())
 		}
-	}, actor.WithSupervisor(stopStrategy), actor.WithDispatcher(w))
+	}, actor.WithSupervisor(stopStrategy), actor.WithDispatcher(w), actor.WithMailbox(newMailbox))
 	parent := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch ctx.Message().(type) {
 		case int:

@@ -21,7 +21,7 @@ type watchdog struct {
 func watchdogProps(env *computationEnv, c *persistence.Computation, interval, timeout time.Duration) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &watchdog{env: env, c: c, interval: interval, timeout: timeout}
-	}, actor.WithDispatcher(env.workers))
+	}, env.props(true)...)
 }
 
 // Receive implements actor.Actor.

@@ -1160,20 +1160,23 @@ func (b *benchmark) waitUntil(ctx context.Context, finished func() bool) (time.T
 // cost per computation that grows with the backlog makes the first slower than the last.
 func (b *benchmark) drain(ctx context.Context, began time.Time, res *benchResult) error {
 	total := b.backlog()
-	var tenth, nineTenths time.Time
+	var tenth, nineTenths, end time.Time
 	last, err := b.waitUntil(ctx, func() bool {
-		n := b.finishedComputations()
+		n, now := b.finishedComputations(), time.Now()
 		if tenth.IsZero() && n*10 >= total {
-			tenth = time.Now()
+			tenth = now
 		}
 		if nineTenths.IsZero() && n*10 >= total*9 {
-			nineTenths = time.Now()
+			nineTenths = now
 		}
-		return b.backlog() == 0
+		if b.backlog() == 0 {
+			end = now
+		}
+		return !end.IsZero()
 	})
 	res.elapsed, res.computations, res.backlogEnd = last.Sub(began), b.finishedComputations(), b.backlog()
 	if err == nil && res.backlogEnd == 0 && total >= 10 {
-		res.firstTenth, res.lastTenth = tenth.Sub(began), last.Sub(nineTenths)
+		res.firstTenth, res.lastTenth = tenth.Sub(began), end.Sub(nineTenths)
 		res.tenth = total / 10
 	}
 	return err

@@ -107,7 +107,8 @@ func TestBenchModes(t *testing.T) {
 			require.Regexp(t, `^(n/a|\d+\.\d)$`, fields["pg_cpu_us_per_computation"])
 			if tc.mode == "drain" {
 				require.Positive(t, number(t, fields, "us_per_computation_start"))
-				require.Positive(t, number(t, fields, "us_per_computation_end"))
+				// A small drain's last tenth may finish with the one before it.
+				require.GreaterOrEqual(t, number(t, fields, "us_per_computation_end"), 0.0)
 				require.Equal(t, executions*float64(tc.perExecution), number(t, fields, "backlog_start"))
 				require.Equal(t, "0", fields["backlog_end"])
 			}
