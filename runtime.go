@@ -423,6 +423,15 @@ func (r *Runtime) beat() { r.lastBeat.Store(time.Now().UnixNano()) }
 func (r *Runtime) fireSave(g *graph.Graph, e graph.SaveEvent) {
 	n, _ := g.Node(e.Node)
 	nodeFn, graphFn := n.Settings().OnSave, g.OnSave()
+	if nodeFn == nil && graphFn == nil {
+		return // no goroutine: most saves have no callback
+	}
+	r.runSave(nodeFn, graphFn, e)
+}
+
+// runSave runs the callbacks of a save in a goroutine of its own (see fireSave), apart so that a
+// save without callbacks puts nothing on the heap.
+func (r *Runtime) runSave(nodeFn, graphFn func(context.Context, graph.SaveEvent), e graph.SaveEvent) {
 	r.saves.Add(1)
 	go func() {
 		defer func() {

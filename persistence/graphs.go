@@ -404,15 +404,36 @@ type StrandedVersion struct {
 }
 
 // Stranded lists the graph versions that no live replica serves, while executions of theirs have
-// work left. It reads the active attempts alone, through their partial indexes.
+// work left. It reads the active attempts alone, through their partial indexes, and only those of
+// the recorded versions (RecordGraphs) that no live replica serves: none, most of the time, when
+// it reads no attempt. Counting every active attempt took a second with 200,000 waiting, at each
+// look. Before any version is recorded, it counts them all.
 func (s *Store) Stranded(ctx context.Context) ([]StrandedVersion, error) {
+	var unserved []string
+	var recorded bool
+	err := s.db.NewRaw(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.graph_versions) AS recorded,
+			array(SELECT v.graph_name || '@' || v.graph_version FROM {s}.graph_versions v
+				WHERE NOT EXISTS (SELECT 1 FROM {s}.replica_heartbeats r
+					WHERE v.graph_name || '@' || v.graph_version = ANY(r.graphs) AND `+liveReplica+`)) AS unserved`),
+		s.clock.NowOrNil()).Scan(ctx, &recorded, pgdialect.Array(&unserved))
+	if err != nil {
+		return nil, fmt.Errorf("looking for the graph versions that no live replica serves: %w", err)
+	}
+	if recorded && len(unserved) == 0 {
+		return nil, nil
+	}
+	only := ""
+	args := []any{s.clock.NowOrNil()}
+	if recorded {
+		only, args = " AND a.graph_key IN (?)", append(args, bun.List(unserved))
+	}
 	var out []StrandedVersion
-	err := s.db.NewRaw(s.q(`SELECT a.graph_key, count(DISTINCT a.execution_id) AS executions FROM (
+	err = s.db.NewRaw(s.q(`SELECT a.graph_key, count(DISTINCT a.execution_id) AS executions FROM (
 			SELECT graph_key, execution_id FROM {s}.nodes WHERE state = 'AVAILABLE'
 			UNION ALL SELECT graph_key, execution_id FROM {s}.nodes WHERE state = 'PENDING'
 			UNION ALL SELECT graph_key, execution_id FROM {s}.nodes WHERE state = 'RUNNING') a
-		WHERE NOT EXISTS (SELECT 1 FROM {s}.replica_heartbeats r WHERE a.graph_key = ANY(r.graphs) AND `+liveReplica+`)
-		GROUP BY a.graph_key ORDER BY a.graph_key`), s.clock.NowOrNil()).Scan(ctx, &out)
+		WHERE NOT EXISTS (SELECT 1 FROM {s}.replica_heartbeats r WHERE a.graph_key = ANY(r.graphs) AND `+liveReplica+`)`+only+`
+		GROUP BY a.graph_key ORDER BY a.graph_key`), args...).Scan(ctx, &out)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("looking for stranded graph versions: %w", err)
 	}

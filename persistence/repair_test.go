@@ -146,3 +146,25 @@ func TestAWriteGivesItsConnectionBackBeforeWhatFollows(t *testing.T) {
 	require.NoError(t, s.SetArchived(ctx, e.ID, false))
 	require.NoError(t, s.Cancel(ctx, e.ID, "test"))
 }
+
+// Stranded reads no attempt while every recorded graph version has a live replica, and counts
+// the work of a recorded version once none serves it.
+func TestStrandedReadsNoAttemptWhileEveryVersionIsServed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.ready(t, 2)
+	require.NoError(t, b.store.RecordGraphs(ctx, "r1", testIdentity, time.Minute))
+	s, log, _ := b.tracedStore(t)
+	stranded, err := s.Stranded(ctx)
+	require.NoError(t, err)
+	require.Empty(t, stranded)
+	for _, st := range log.take() {
+		require.NotContains(t, st.sql, ".nodes", "an attempt read while every version is served")
+	}
+
+	b.exec(t, `UPDATE {s}.replica_heartbeats SET last_heartbeat = now() - interval '1 hour'`)
+	stranded, err = s.Stranded(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []StrandedVersion{{Key: b.g.Name() + "@" + b.g.Version(), Executions: 2}}, stranded)
+}
