@@ -73,9 +73,9 @@ var attemptsAsComputations = strings.ReplaceAll(strings.ReplaceAll(attemptColumn
 //     locks at most that many rows, until the claim commits, and the claim takes limit of them.
 //   - Each attempt's execution is read by a lateral subquery with a LIMIT, which the planner
 //     cannot turn into a join of its own choosing. As a join, once auto-analyze had seen a
-//     backlog, its estimate of the rows matching on (lane, id) fell a hundredfold (lane follows
-//     from id, and the two selectivities were multiplied), and the plan hashed every available
-//     attempt with every execution and sorted them all for each claim: 0.5 s a claim with 200,000
+//     backlog, its estimate of the rows matching on (lane, id) fell sixtyfold (lane follows from
+//     id, and the two selectivities were multiplied), and the plan hashed every available attempt
+//     with every execution and sorted them all for each claim: up to 1.1 s a claim with 200,000
 //     waiting, the drain's "slow mode". The subquery locks the execution before the attempt,
 //     the order in which every writer locks them.
 //

@@ -393,7 +393,7 @@ func TestPromotionReadsWhatItPromotesOnStaleStatistics(t *testing.T) {
 // 5,000 attempts waiting in 64 lanes, the claim of 100 reads a few hundred rows. Joined with the
 // executions as the planner chose, the lanes' and the ids' selectivities multiplied made the
 // join look a lane's count small, and every claim hashed and sorted the whole backlog: the
-// drain's slow mode, 0.5 s a claim with 200,000 waiting.
+// drain's slow mode, up to 1.1 s a claim with 200,000 waiting.
 func TestClaimReadsWhatItClaimsOnABacklogsStatistics(t *testing.T) {
 	t.Parallel()
 	const waiting = 5000

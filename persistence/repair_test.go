@@ -75,7 +75,8 @@ func TestRepairPagesThroughTheArchivedExecutions(t *testing.T) {
 	waiting, template := ids[0], ids[1]
 	b.exec(t, `UPDATE {s}.executions SET archived_at = now() WHERE id IN (?, ?)`, waiting, template)
 	b.exec(t, `UPDATE {s}.nodes SET state = 'CANCELED' WHERE execution_id = ?`, template)
-	// Archived executions with nothing waiting, whose ids sort before any random one: a page and a half.
+	// Archived executions with nothing waiting, whose ids sort before those the runtime makes: a
+	// page and a half.
 	b.exec(t, `INSERT INTO {s}.executions SELECT (jsonb_populate_record(NULL::{s}.executions,
 		to_jsonb(e) || jsonb_build_object('id', '00000000-0000-0000-0000-' || lpad(g::text, 12, '0')))).*
 		FROM {s}.executions e, generate_series(1, ?) g WHERE e.id = ?`, archivedPage*3/2, template)

@@ -205,41 +205,43 @@ func (s *Sweeper) RunOnce(ctx context.Context) (persistence.SweepResult, error) 
 // repair starts repairing what a crash left after a commit (persistence.Store.Repair), apart from
 // the pass, every RepairEvery at most, unless the last repair still runs. Release stops it.
 func (s *Sweeper) repair() {
-	if !due(&s.repairedAt, s.cfg.RepairEvery) || !s.repairBusy.CompareAndSwap(false, true) {
-		return
-	}
-	s.rolling.Add(1)
-	go func() {
-		defer s.rolling.Done()
-		defer s.repairBusy.Store(false)
-		n, err := s.cfg.Store.Repair(s.rollCtx, s.cfg.BatchSize)
+	s.background(&s.repairedAt, s.cfg.RepairEvery, &s.repairBusy, func(ctx context.Context) {
+		n, err := s.cfg.Store.Repair(ctx, s.cfg.BatchSize)
 		switch {
-		case err != nil && s.rollCtx.Err() == nil:
+		case err != nil && ctx.Err() == nil:
 			s.logger.Warn("repairing what a crash left after a commit failed; the next repair tries again", "error", err)
 		case n > 0:
 			s.logger.Info("repaired what a crash or an unheard change left: children made to follow their parent, map nodes woken, "+
 				"waiting attempts of archived executions canceled, attempts no pause holds made ready", "executions", n)
 		}
-	}()
+	})
 }
 
 // rollInsights starts bringing the cells behind Insights up to date, apart from the pass, every
 // InsightsEvery at most, unless the last roll still runs. Release stops it.
 func (s *Sweeper) rollInsights() {
-	if !due(&s.rolledAt, s.cfg.InsightsEvery) || !s.rollBusy.CompareAndSwap(false, true) {
+	s.background(&s.rolledAt, s.cfg.InsightsEvery, &s.rollBusy, func(ctx context.Context) {
+		left, err := s.cfg.Store.RollInsights(ctx, "", persistence.RollInBackground)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.logger.Warn("rolling the insights up failed; the next pass tries again", "error", err)
+		case left > 0:
+			s.logger.Debug("insights rolled up in part", "minutes_left", left)
+		}
+	})
+}
+
+// background runs job in a goroutine of its own, apart from the pass, if every has passed since
+// *last and the job's last run (busy) has ended; Release stops it, through its context.
+func (s *Sweeper) background(last *time.Time, every time.Duration, busy *atomic.Bool, job func(context.Context)) {
+	if !due(last, every) || !busy.CompareAndSwap(false, true) {
 		return
 	}
 	s.rolling.Add(1)
 	go func() {
 		defer s.rolling.Done()
-		defer s.rollBusy.Store(false)
-		left, err := s.cfg.Store.RollInsights(s.rollCtx, "", persistence.RollInBackground)
-		switch {
-		case err != nil && s.rollCtx.Err() == nil:
-			s.logger.Warn("rolling the insights up failed; the next pass tries again", "error", err)
-		case left > 0:
-			s.logger.Debug("insights rolled up in part", "minutes_left", left)
-		}
+		defer busy.Store(false)
+		job(s.rollCtx)
 	}()
 }
 
