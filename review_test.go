@@ -13,6 +13,7 @@ import (
 
 	"github.com/journey-go/journey"
 	"github.com/journey-go/journey/graph"
+	"github.com/journey-go/journey/internal/clock"
 	"github.com/journey-go/journey/internal/pgtest"
 	"github.com/journey-go/journey/persistence"
 )
@@ -52,6 +53,40 @@ func waitMap(t *testing.T, rt *journey.Runtime, id string) {
 	waitFor(t, "the map to wait", func() bool { return countStates(t, rt, id, "charges")[journey.StateWaiting] == 1 })
 }
 
+// settler moves a replica's test clock by a millisecond, which runs a sweep pass at once (the
+// promotions and abandonments it finds due) and wakes the dispatcher, and waits for a claim that
+// began after the pass: what the pass left unclaimable, no claim took.
+type settler struct {
+	clock  *clock.Stub
+	rounds atomic.Int64 // the dispatchers' claim rounds (Config.Test.Hooks.Claimed)
+}
+
+// newSettler gives cfg a test clock, and counts its replicas' claim rounds.
+func newSettler(cfg *journey.Config) *settler {
+	s := &settler{clock: clock.NewStub(time.Now())}
+	cfg.Test.Clock = s.clock
+	cfg.Test.Hooks.Claimed = func(int) { s.rounds.Add(1) }
+	return s
+}
+
+func (s *settler) settle(t *testing.T) {
+	t.Helper()
+	before := s.rounds.Load()
+	s.clock.Advance(time.Millisecond)
+	// A round under way at the move may have begun before the pass; the next one began after it.
+	waitFor(t, "a claim after the sweep pass", func() bool { return s.rounds.Load() >= before+2 })
+}
+
+// latestState is the state of node's current attempt.
+func latestState(t *testing.T, rt *journey.Runtime, id, node string) journey.ComputationState {
+	t.Helper()
+	as := attempts(t, rt, id, node)
+	if len(as) == 0 {
+		return ""
+	}
+	return as[len(as)-1].State
+}
+
 func getSoon(t *testing.T, rt *journey.Runtime, id, node string, d time.Duration, opts ...journey.GetOption) (graph.Value, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(testCtx(t), d)
@@ -76,7 +111,14 @@ func TestReviewCancelRequestReachesChildren(t *testing.T) {
 	req, err = store.AwaitRequest(ctx, req.ID, 20*time.Second)
 	require.NoError(t, err)
 	require.NotNil(t, req.DoneAt)
-	time.Sleep(2 * time.Second)
+	waitFor(t, "the children to be canceled", func() bool {
+		for _, c := range childrenOf(t, rt, ex.ID) {
+			if c.CanceledAt == nil {
+				return false
+			}
+		}
+		return true
+	})
 	for _, c := range childrenOf(t, rt, ex.ID) {
 		require.NotNil(t, c.CanceledAt, "child %d (%s) of the canceled parent still runs", c.Parent.Index, c.ID)
 	}
@@ -162,7 +204,8 @@ func TestReviewPausedParentClaimsNothing(t *testing.T) {
 	require.NoError(t, rt.Pause(ctx, ex.ID))
 	close(release) // the child's running attempt runs on, and ends
 	waitFor(t, "the child to end", func() bool { return countStates(t, rt, child, "charged")[journey.StateSuccess] == 1 })
-	time.Sleep(2 * time.Second)
+	// Its end wakes the map node, which waits PAUSED in the paused parent: nothing claims that.
+	waitFor(t, "the map node to wait paused", func() bool { return countStates(t, rt, ex.ID, "charges")[journey.StatePaused] == 1 })
 	require.Zero(t, countStates(t, rt, ex.ID, "charges")[journey.StateSuccess], "a node of the paused parent was claimed and ran")
 }
 
@@ -236,11 +279,13 @@ func TestReviewReleasedAttemptOfPausedExecutionWaits(t *testing.T) {
 	require.NoError(t, a.Pause(ctx, ex.ID))
 	cfg.ReplicaID = "second"
 	b := newRuntime(t, cfg)
-	_ = b
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, a.Stop(sctx))
-	time.Sleep(2 * time.Second)
+	// The released attempt's successor waits PAUSED in the paused execution: nothing claims that.
+	waitFor(t, "the released attempt's successor to wait paused", func() bool {
+		return latestState(t, b, ex.ID, "y") == journey.StatePaused || runs.Load() > 1
+	})
 	require.EqualValues(t, 1, runs.Load(), "the paused execution's attempt ran again on another replica (states %v)",
 		countStates(t, b, ex.ID, "y"))
 }
@@ -328,7 +373,12 @@ func TestReviewSetTxFiresOnSave(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	_, err = rt.Get(ctx, ex.ID, "y", journey.WaitAny())
 	require.NoError(t, err)
-	time.Sleep(time.Second)
+	// OnSave runs after the commit, in a goroutine of its own.
+	waitFor(t, "the saves", func() bool {
+		_, y := saved.Load("y=6")
+		_, x := saved.Load("x=5")
+		return x && y
+	})
 	_, y := saved.Load("y=6")
 	_, x := saved.Load("x=5")
 	require.True(t, y, "OnSave of y fired")
@@ -350,6 +400,7 @@ func TestReviewReleasedClaimStaysInTheRateWindow(t *testing.T) {
 		}, graph.RateLimit(1, time.Hour)),
 	})
 	cfg := testConfig(t, g)
+	settler := newSettler(&cfg)
 	a, err := journey.New(context.Background(), cfg)
 	require.NoError(t, err)
 	ctx := testCtx(t)
@@ -361,7 +412,8 @@ func TestReviewReleasedClaimStaysInTheRateWindow(t *testing.T) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, a.Stop(sctx))
-	time.Sleep(2 * time.Second)
+	waitFor(t, "the released attempt's successor", func() bool { return len(attempts(t, b, ex.ID, "call")) == 2 })
+	settler.settle(t)
 	var claims []time.Time
 	for _, c := range attempts(t, b, ex.ID, "call") {
 		if c.ClaimedAt != nil {
@@ -390,7 +442,9 @@ func TestReviewUnarchiveRevivesNothingOfACanceledExecution(t *testing.T) {
 			return in.Int("x"), nil
 		}, graph.MaxParallel(1)),
 	})
-	rt := newRuntime(t, testConfig(t, g))
+	cfg := testConfig(t, g)
+	settler := newSettler(&cfg)
+	rt := newRuntime(t, cfg)
 	ctx := testCtx(t)
 	e0, err := rt.Start(ctx, g, journey.WithValues(map[string]any{"x": 0}))
 	require.NoError(t, err)
@@ -404,7 +458,7 @@ func TestReviewUnarchiveRevivesNothingOfACanceledExecution(t *testing.T) {
 	close(release)
 	_, err = rt.Get(ctx, e0.ID, "y", journey.WaitAny())
 	require.NoError(t, err)
-	time.Sleep(2 * time.Second)
+	settler.settle(t) // the slot is free: a promotion and a claim would take a revived attempt
 	_, ran1 := ran.Load(int64(1))
 	require.False(t, ran1, "y of the canceled execution ran (states %v)", countStates(t, rt, e1.ID, "y"))
 }
@@ -442,10 +496,10 @@ func TestReviewCompletionOutlastedBySetTxIsNotRerun(t *testing.T) {
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	_, err = rt.SetTx(ctx, tx, ex.ID, "note", "a long batch") // the execution is locked until tx ends
 	require.NoError(t, err)
-	close(release) // y returns; its outcome waits for the lock
-	time.Sleep(35 * time.Second)
+	close(release)               // y returns; its outcome waits for the lock
+	time.Sleep(35 * time.Second) // longer than a try of the outcome's write: the wall-clock time is the point
 	require.NoError(t, tx.Commit(ctx))
-	time.Sleep(5 * time.Second)
+	waitFor(t, "y to succeed", func() bool { return latestState(t, rt, ex.ID, "y") == journey.StateSuccess })
 	t.Logf("attempts of y: %+v", attempts(t, rt, ex.ID, "y"))
 	require.EqualValues(t, 1, runs.Load(), "the work ran again after it had completed")
 }

@@ -113,6 +113,9 @@ func (s *Store) Children(ctx context.Context, id string) ([]string, error) {
 	return s.children(ctx, id, "", 0)
 }
 
+// waitable is what WaitChildren's attempt must be, as it locks it: machine.Waitable.
+var waitable = machine.Waitable.SQL("n", "e", "")
+
 // WaitChildren makes c, a claimed attempt of a map node, wait for its children, in one
 // transaction that holds the parent's lock and its progress row. With items, it starts a new
 // generation, c's, computed with upstream revisions sig: one child of graph child for each item
@@ -136,8 +139,8 @@ func (s *Store) WaitChildren(ctx context.Context, c *Computation, child *graph.G
 		var paused, archived bool
 		err := t.pg.QueryRow(ctx, s.q(`SELECT e.paused_at IS NOT NULL, e.archived_at IS NOT NULL FROM {s}.executions e
 			JOIN {s}.nodes n ON n.lane = e.lane AND n.execution_id = e.id
-			WHERE e.lane = $1 AND e.id = $2 AND n.lane = $1 AND n.node = $3 AND n.attempt_id = $4 AND n.state = 'RUNNING'
-				AND n.claim_token = $5::uuid AND e.canceled_at IS NULL FOR UPDATE OF e, n`), lane, c.ExecutionID, c.Node, c.ID, deref(c.ClaimToken)).Scan(&paused, &archived)
+			WHERE e.lane = $1 AND e.id = $2 AND n.lane = $1 AND n.node = $3 AND n.attempt_id = $4 AND `+waitable+`
+				AND n.claim_token = $5::uuid FOR UPDATE OF e, n`), lane, c.ExecutionID, c.Node, c.ID, deref(c.ClaimToken)).Scan(&paused, &archived)
 		if errors.Is(err, pgx.ErrNoRows) { // or its execution was canceled: its outcome, whatever it is, ends it CANCELED
 			return fmt.Errorf("%w, or its execution was canceled", ErrClaimLost)
 		}

@@ -77,8 +77,8 @@ func TestRepairPagesThroughTheArchivedExecutions(t *testing.T) {
 	b.exec(t, `UPDATE {s}.nodes SET state = 'CANCELED' WHERE execution_id = ?`, template)
 	// Archived executions with nothing waiting, whose ids sort before those the runtime makes: a
 	// page and a half.
-	b.exec(t, `INSERT INTO {s}.executions SELECT (jsonb_populate_record(NULL::{s}.executions,
-		to_jsonb(e) || jsonb_build_object('id', '00000000-0000-0000-0000-' || lpad(g::text, 12, '0')))).*
+	b.exec(t, `INSERT INTO {s}.executions (lane, id, graph_name, graph_version, archived_at)
+		SELECT e.lane, '00000000-0000-0000-0000-' || lpad(g::text, 12, '0'), e.graph_name, e.graph_version, e.archived_at
 		FROM {s}.executions e, generate_series(1, ?) g WHERE e.id = ?`, archivedPage*3/2, template)
 
 	var repairs int

@@ -420,7 +420,7 @@ func (s *Store) abandonAlone(ctx context.Context, row expired, failures int, cau
 			return err
 		}
 		err := tx.NewRaw(s.q(`UPDATE {s}.nodes n SET state = 'ABANDONED', error = ?, finished_at = coalesce(?::timestamptz, now())
-			WHERE n.lane = ? AND n.execution_id = ? AND n.node = ? AND n.state = 'RUNNING' AND n.claim_token = ?::uuid
+			WHERE n.lane = ? AND n.execution_id = ? AND n.node = ? AND `+machine.Held.SQL("n", "", "")+` AND n.claim_token = ?::uuid
 			RETURNING `+attemptColumns), msg, s.clock.NowOrNil(), row.Lane, row.ExecutionID, row.Node, row.ClaimToken).Scan(ctx, &got)
 		if isNoRows(err) {
 			return nil

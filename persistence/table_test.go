@@ -131,3 +131,74 @@ func (b *bundle) loadOne(t *testing.T, id string) *machine.Loaded {
 	require.NoError(t, err)
 	return xs[0]
 }
+
+// The statements that end or hold a running attempt under its claim, outside Step (the sweep's
+// abandonment of an attempt alone, a map node's wait for its children), take the attempts that
+// Step's Abandon and the table's Waitable take: an attempt in each state, of an execution canceled
+// or not, each under its claim.
+func TestClaimHeldStatementsFollowTheTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock.Now()
+	type combo struct {
+		id, token string
+		state     string
+		canceled  bool
+	}
+	var combos []*combo
+	for _, state := range []string{StatePending, StateAvailable, StatePaused, StateWaiting, StateRunning, StateSuccess} {
+		for _, canceled := range []bool{false, true} {
+			e, err := b.store.CreateExecution(ctx, b.g)
+			require.NoError(t, err)
+			c := &combo{id: e.ID, token: NewUUID(), state: state, canceled: canceled}
+			combos = append(combos, c)
+			b.exec(t, `INSERT INTO {s}.nodes (lane, execution_id, node, graph_key, rev, changed_at, hseq, attempt_id, state, attempt,
+					max_attempts, run_at, abandon_after_ms, heartbeat_timeout_ms, computed_with, claim_token, replica_id, created_at)
+				VALUES (?, ?, 'y', ?, 1, ?, 0, ?, ?, 1, 2, ?, 10000, 3000, '{}', ?::uuid, 'r1', ?)`,
+				e.Lane, e.ID, GraphKey(b.g.Name(), b.g.Version()), now, int64(2000+len(combos)), state, now, c.token, now)
+			b.exec(t, `INSERT INTO {s}.map_progress (lane, execution_id, node, gen, sig, total, done) VALUES (?, ?, 'y', 1, '{}', 2, 0)`,
+				e.Lane, e.ID)
+			if canceled {
+				b.exec(t, `UPDATE {s}.executions SET canceled_at = ?, cancel_reason = 'stop' WHERE lane = ? AND id = ?`, now, e.Lane, e.ID)
+			}
+		}
+	}
+	attempt := func(c *combo) (*machine.Loaded, *machine.Attempt) {
+		x := b.loadOne(t, c.id)
+		for _, r := range x.Rows {
+			if r.Node == "y" {
+				return x, r.Attempt
+			}
+		}
+		t.Fatalf("no attempt of y in %s", c.id)
+		return nil, nil
+	}
+	waited, abandoned := 0, 0
+	for _, c := range combos {
+		x, a := attempt(c)
+		// A map node's wait: the table's Waitable, under the claim.
+		want := machine.Waitable.Holds(&x.Exec, a, now)
+		waiting, err := b.store.WaitChildren(ctx, &Computation{ID: a.ID, ExecutionID: c.id, Node: "y", ClaimToken: &c.token},
+			b.g, nil, "{}")
+		if want {
+			require.NoError(t, err, "%s, canceled %t", c.state, c.canceled)
+			require.True(t, waiting)
+			waited++
+			continue // WAITING now: the abandonment below is of the other attempts
+		}
+		require.ErrorIs(t, err, ErrClaimLost, "%s, canceled %t", c.state, c.canceled)
+		// The abandonment alone: what Step's Abandon takes.
+		_, stepErr := machine.Step(x, machine.Abandon{Node: "y", Token: c.token, Reason: ReasonReplica("r1")},
+			machine.Env{Now: now, NewID: newAttemptID, NewToken: NewUUID})
+		got, err := b.store.abandonAlone(ctx, expired{ID: a.ID, Lane: x.Exec.Lane, ExecutionID: c.id, Node: "y", ClaimToken: &c.token,
+			Reason: ReasonReplica("r1")}, 1, fmt.Errorf("test"))
+		require.NoError(t, err)
+		require.Equal(t, stepErr == nil, got != nil, "%s, canceled %t: the abandonment alone takes what Step's Abandon takes", c.state, c.canceled)
+		if got != nil {
+			abandoned++
+		}
+	}
+	require.Equal(t, 1, waited, "the running map node of the live execution")
+	require.Equal(t, 1, abandoned, "the running attempt of the canceled execution")
+}

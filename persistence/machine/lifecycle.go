@@ -33,7 +33,7 @@ var errAbandoned = errors.New("timed out")
 func (p *Plan) abandonClaim(ev Abandon) error {
 	c := p.latest[ev.Node]
 	switch {
-	case c == nil || c.State != StateRunning || deref(c.ClaimToken) != ev.Token:
+	case c == nil || !Held.Holds(&p.exec, c, p.now) || deref(c.ClaimToken) != ev.Token:
 		return ErrNothingToDo
 	case ev.Reason == ReasonHeartbeat && c.HeartbeatDeadline != nil && c.HeartbeatDeadline.After(p.now):
 		return ErrNothingToDo // a heartbeat landed since

@@ -116,6 +116,16 @@ var (
 	}, "{e}.paused_at IS NULL"}}
 	// Wakes: a WAITING map node whose children have all ended, made ready (Ready) to collect them.
 	Wakes = Rule{InState(StateWaiting)}
+	// Held: a running attempt, which its claim holds until its outcome, its release or its
+	// abandonment: Step's Abandon takes it, and so does the sweep's abandonment of an attempt
+	// alone, without its execution (Store.abandonAlone), each under the attempt's claim.
+	Held = Rule{InState(StateRunning)}
+	// Waitable: a running map node of an execution that is not canceled, which waits for the
+	// children it started (Store.WaitChildren, WAITING) under its claim. A canceled execution's
+	// map node ends CANCELED instead, as every outcome there does.
+	Waitable = Rule{InState(StateRunning), Cond{"not canceled", func(e *Execution, a *Attempt, now time.Time) bool {
+		return !Canceled.Go(e, a, now)
+	}, "{e}.canceled_at IS NULL"}}
 )
 
 // A readyCase is one case of Ready: if its condition holds, the attempt takes its state.
