@@ -149,6 +149,9 @@ func (s *Store) Sweep(ctx context.Context, opts SweepOptions) (SweepResult, erro
 	return res, nil
 }
 
+// archivedWaiting is what sweepArchived cancels, from the table of states.
+var archivedWaiting = machine.ArchivedWaiting.SQL("c", "e", "")
+
 // archivedPage is the number of archived executions that a repair looks at (see sweepArchived).
 const archivedPage = 1000
 
@@ -157,11 +160,11 @@ const archivedPage = 1000
 // (machine.SweepArchived). It returns how many executions it wrote.
 //
 // Each call looks at the next page of archivedPage archived executions, by id from where the last
-// one stopped (archivedAfter), and starts again from the first once it has seen the last (a page
-// that had more than limit executions to write is looked at again): its
-// cost is a page, whatever the number of archived executions and of waiting attempts. A join of
-// the waiting attempts with the archived executions read one side whole, 4.5 s with 200,000
-// attempts waiting.
+// one stopped (archivedAfter), and starts again from the first once it has seen the last; a page
+// that had more than limit executions to write is looked at again. Its cost is a page, whatever
+// the number of archived executions and of waiting attempts: a join of the waiting attempts with
+// the archived executions read one side whole, 4.5 s with 200,000 attempts waiting. The attempts
+// it cancels are the table's (machine.ArchivedWaiting).
 func (s *Store) sweepArchived(ctx context.Context, limit int) (int, error) {
 	var page []struct {
 		Lane int16  `bun:"lane"`
@@ -186,8 +189,9 @@ func (s *Store) sweepArchived(ctx context.Context, limit int) (int, error) {
 	}
 	var waiting []string
 	err = s.db.NewRaw(s.q(`SELECT DISTINCT c.execution_id FROM `+executionKeys("?", "?")+` k
-		JOIN {s}.nodes c ON c.lane = k.lane AND c.execution_id = k.id
-		WHERE c.state IN ('PENDING', 'AVAILABLE', 'PAUSED') AND c.graph_key IN (?)`+s.pinned("c", "?")+`
+		JOIN {s}.executions e ON e.lane = k.lane AND e.id = k.id
+		JOIN {s}.nodes c ON c.lane = e.lane AND c.execution_id = e.id
+		WHERE `+archivedWaiting+` AND c.graph_key IN (?)`+s.pinned("c", "?")+`
 		LIMIT ?`), append([]any{pgdialect.Array(lanes), pgdialect.Array(ids), bun.List(s.keys)}, append(s.pinnedArgs(lanes), limit)...)...).Scan(ctx, &waiting)
 	if err != nil && !isNoRows(err) {
 		return 0, fmt.Errorf("finding the waiting work of archived executions: %w", err)
