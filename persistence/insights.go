@@ -403,6 +403,29 @@ func nextWatch(prev *watch, now sight) (rollRange, watch) {
 // lease holder runs.
 const RollInBackground time.Duration = -1
 
+// markedMinute is a minute of a graph version whose cells a roll brings up to date.
+type markedMinute struct {
+	Graph   string    `bun:"graph_name"`
+	Version string    `bun:"graph_version"`
+	Minute  time.Time `bun:"minute"`
+}
+
+// minuteArrays is ms as three arrays: graph, version, minute.
+func minuteArrays(ms []markedMinute) []any {
+	gs, vs, ts := make([]string, len(ms)), make([]string, len(ms)), make([]time.Time, len(ms))
+	for i, m := range ms {
+		gs[i], vs[i], ts[i] = m.Graph, m.Version, m.Minute
+	}
+	return []any{pgdialect.Array(gs), pgdialect.Array(vs), pgdialect.Array(ts)}
+}
+
+// settleFor: in the background, a minute whose executions' attempts ended since the last roll
+// waits for them to stop, while it is younger than settleFor. A roll recomputes a minute
+// from every execution that started in it: the minutes of a burst (a drain of 1,000,000, its
+// executions started within two minutes) are rolled once, after it, not over and over while it
+// runs, when each roll of a minute of 700,000 executions took tens of seconds of a server's core.
+const settleFor = 10 * time.Minute
+
 // backgroundBudget bounds a roll in the background, which the sweep lease holder runs apart from
 // its passes. rollWeight: in the background, a minute is rolled again only after rollWeight
 // times what its last roll took.
@@ -424,6 +447,7 @@ const (
 // as long as a chunk needs.
 func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Duration) (int, error) {
 	began, background := time.Now(), budget == RollInBackground
+	var settling []markedMinute // in the background, the minutes left to settle (see settleFor)
 	if background {
 		budget = backgroundBudget
 	}
@@ -471,15 +495,35 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 						WHERE state IN ('SUCCESS', 'FAILED', 'ABANDONED', 'CANCELED')
 					UNION ALL SELECT lane, execution_id, finished_at` + xmin + ` FROM {s}.attempts) c
 				JOIN {s}.executions e ON e.lane = c.lane AND e.id = c.execution_id`
-		if _, err := tx.NewRaw(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
-				SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions WHERE created_at >= ?
+		var changed []struct {
+			Graph   string    `bun:"graph_name"`
+			Version string    `bun:"graph_version"`
+			Minute  time.Time `bun:"minute"`
+			Ended   bool      `bun:"ended"` // an attempt ended, rather than an execution started
+		}
+		err = tx.NewRaw(s.q(`SELECT graph_name, graph_version, date_trunc('minute', created_at) AS minute, false AS ended
+				FROM {s}.executions WHERE created_at >= ?
 				UNION `+finished+` WHERE c.finished_at >= ? AND ?
-				UNION SELECT graph_name, graph_version, date_trunc('minute', created_at), true FROM {s}.executions
+				UNION SELECT graph_name, graph_version, date_trunc('minute', created_at), false FROM {s}.executions
 				WHERE created_at >= ? AND created_at < ? AND `+newer("")+`
-				UNION `+finished+` WHERE c.finished_at >= ? AND c.finished_at < ? AND `+newer("c.")+`
-			ON CONFLICT DO NOTHING`), r.From, r.From, !r.From.IsZero(), r.CatchUp, r.From, r.CatchXmin,
-			r.CatchUp, r.From, r.CatchXmin).Exec(ctx); err != nil {
-			return fmt.Errorf("marking what changed since %v: %w", r.From, err)
+				UNION `+finished+` WHERE c.finished_at >= ? AND c.finished_at < ? AND `+newer("c.")+``),
+			r.From, r.From, !r.From.IsZero(), r.CatchUp, r.From, r.CatchXmin, r.CatchUp, r.From, r.CatchXmin).Scan(ctx, &changed)
+		if err != nil && !isNoRows(err) {
+			return fmt.Errorf("reading what changed since %v: %w", r.From, err)
+		}
+		marks := make([]markedMinute, len(changed))
+		for i, m := range changed {
+			marks[i] = markedMinute{Graph: m.Graph, Version: m.Version, Minute: m.Minute}
+			if background && m.Ended && !m.Minute.Before(now.At.Add(-settleFor)) {
+				settling = append(settling, marks[i])
+			}
+		}
+		if len(marks) > 0 {
+			if _, err := tx.NewRaw(s.q(`INSERT INTO {s}.insight_marks (graph_name, graph_version, minute, claimed)
+				SELECT g, v, m, true FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS u(g, v, m)
+				ON CONFLICT DO NOTHING`), minuteArrays(marks)...).Exec(ctx); err != nil {
+				return fmt.Errorf("marking what changed since %v: %w", r.From, err)
+			}
 		}
 		// The marks are locked in the writes' order (see markFrom); one that a write holds is
 		// claimed once the write has ended.
@@ -502,7 +546,7 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 	marked := err == nil
 	for err == nil {
 		var rolled int
-		if rolled, err = s.rollChunk(ctx, graph, background, timeout()); rolled < rollChunk || time.Since(began) >= budget {
+		if rolled, err = s.rollChunk(ctx, graph, background, settling, timeout()); rolled < rollChunk || time.Since(began) >= budget {
 			break
 		}
 	}
@@ -522,36 +566,30 @@ func (s *Store) RollInsights(ctx context.Context, graph string, budget time.Dura
 
 // rollChunk brings up to date the cells of up to rollChunk claimed minutes of graph ("" for
 // every graph), oldest first, in one transaction, and returns how many. In the background, it
-// leaves the current and the last minute, and the minutes rolled less than rollWeight times their
-// last roll's time ago. A timeout, if not 0, bounds its statements.
-func (s *Store) rollChunk(ctx context.Context, graph string, background bool, timeout time.Duration) (int, error) {
+// leaves the current and the last minute, the minutes rolled less than rollWeight times their
+// last roll's time ago, and those settling. A timeout, if not 0, bounds its statements.
+func (s *Store) rollChunk(ctx context.Context, graph string, background bool, settling []markedMinute, timeout time.Duration) (int, error) {
 	var n int
 	err := s.rollTx(ctx, timeout, func(ctx context.Context, tx bun.Tx) error {
-		var marks []struct {
-			Graph   string    `bun:"graph_name"`
-			Version string    `bun:"graph_version"`
-			Minute  time.Time `bun:"minute"`
-		}
+		var marks []markedMinute
 		err := tx.NewRaw(s.q(`DELETE FROM {s}.insight_marks WHERE (graph_name, graph_version, minute, claimed) IN (
 				SELECT m.graph_name, m.graph_version, m.minute, m.claimed FROM {s}.insight_marks m
 					LEFT JOIN {s}.insight_minutes r USING (graph_name, graph_version, minute)
 				WHERE m.claimed AND (? = '' OR m.graph_name = ?)
 					AND (NOT ? OR (m.minute < date_trunc('minute', coalesce(?::timestamptz, now())) - interval '1 minute'
-						AND (r.rolled_at IS NULL OR r.rolled_at + ? * r.cost_ms * interval '1 millisecond' <= coalesce(?::timestamptz, now()))))
+						AND (r.rolled_at IS NULL OR r.rolled_at + ? * r.cost_ms * interval '1 millisecond' <= coalesce(?::timestamptz, now()))
+						AND (m.graph_name, m.graph_version, m.minute) NOT IN (SELECT g, v, m FROM unnest(?::text[], ?::text[], ?::timestamptz[]) AS u(g, v, m))))
 				ORDER BY m.minute LIMIT ?)
 			RETURNING graph_name, graph_version, minute`),
-			graph, graph, background, s.clock.NowOrNil(), rollWeight, s.clock.NowOrNil(), rollChunk).Scan(ctx, &marks)
+			append(append([]any{graph, graph, background, s.clock.NowOrNil(), rollWeight, s.clock.NowOrNil()}, minuteArrays(settling)...),
+				rollChunk)...).Scan(ctx, &marks)
 		if err != nil && !isNoRows(err) {
 			return err
 		}
 		if n = len(marks); n == 0 {
 			return nil
 		}
-		gs, vs, ms := make([]string, n), make([]string, n), make([]time.Time, n)
-		for i, m := range marks {
-			gs[i], vs[i], ms[i] = m.Graph, m.Version, m.Minute
-		}
-		b := []any{pgdialect.Array(gs), pgdialect.Array(vs), pgdialect.Array(ms)}
+		b := minuteArrays(marks)
 		began := time.Now()
 		if _, err := tx.NewRaw(s.q(`DELETE FROM {s}.insight_cells c USING unnest(?::text[], ?::text[], ?::timestamptz[]) AS b(g, v, m)
 			WHERE c.graph_name = b.g AND c.minute = b.m AND c.graph_version = b.v`), b...).Exec(ctx); err != nil {

@@ -122,6 +122,41 @@ func TestBackgroundRollLeavesFillingAndCostlyMinutes(t *testing.T) {
 	require.Zero(t, roll())
 }
 
+// In the background, a minute whose executions' attempts ended since the last roll is left to
+// settle while it is younger than settleFor: the minutes of a burst are rolled once, after it.
+// Past settleFor it is rolled however busy, and a reading rolls it at once.
+func TestBackgroundRollLetsBusyMinutesSettle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.store.RecordGraphs(ctx, "replica-a", testIdentity, time.Minute))
+	began := b.clock.Now()
+	b.ready(t, 2)
+	roll := func() int {
+		left, err := b.store.RollInsights(ctx, "", RollInBackground)
+		require.NoError(t, err)
+		return left
+	}
+	end := func() {
+		_, err := b.store.Record(ctx, []Outcome{{C: b.claimOne(t, "replica-a"), Result: json.RawMessage(`1`)}})
+		require.NoError(t, err)
+	}
+	b.clock.Advance(3 * time.Minute)
+	require.Zero(t, roll(), "no attempt has ended: the minute is rolled")
+
+	b.clock.Advance(time.Minute) // past what the last roll's cost asks to wait
+	end()
+	require.Equal(t, 1, roll(), "an attempt of the minute ended since the last roll: the minute settles")
+
+	b.clock.Set(began.Add(settleFor + time.Minute))
+	end()
+	require.Zero(t, roll(), "past settleFor, a minute is rolled though its attempts still end")
+
+	ins := upToDate(t, b.store, InsightsQuery{Graph: "store", Since: 24 * time.Hour}.WithDefaults())
+	i := slices.IndexFunc(ins.Nodes, func(n NodeInsight) bool { return n.Node == "y" })
+	require.EqualValues(t, 2, ins.Nodes[i].Reached)
+}
+
 // A duration's bin, as the roll computes it, gives it back within 9%.
 func TestHistogramBinsGiveDurationsBack(t *testing.T) {
 	t.Parallel()
